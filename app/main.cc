@@ -1,0 +1,21 @@
+// tinyserve: the one binary. Wires engine, models and frontends; each subcommand lives in its file.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "app/generate.h"
+
+#ifndef TINYSERVE_DEFAULT_SHARED_DIR
+#define TINYSERVE_DEFAULT_SHARED_DIR "../shared"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"tinyserve: a small, fast LLM serving engine"};
+  app.require_subcommand(1);
+  tinyserve::GenerateFlags generate;
+  CLI::App* generate_cmd = tinyserve::AddGenerateCommand(app, generate);
+  CLI11_PARSE(app, argc, argv);
+  if (generate_cmd->parsed()) {
+    return tinyserve::RunGenerate(generate, TINYSERVE_DEFAULT_SHARED_DIR);
+  }
+  return 1;
+}

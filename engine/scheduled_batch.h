@@ -1,0 +1,57 @@
+// ScheduledBatch: everything the model needs to run one engine step, and nothing hidden elsewhere.
+//
+// The scheduler builds one per step; a ModelExecutor consumes it. A batch holds `num_seqs`
+// sequences. Each sequence contributes a contiguous run of query tokens: a prefill chunk (any
+// length, continuing after `context_len - num_query_tokens` tokens already in the KV cache) or a
+// single decode token. Tokens of sequence s occupy rows [query_start[s], query_start[s+1]).
+//
+// KV cache addressing (DESIGN §3): slot = block_id * block_size + offset; slot -1 marks a padding
+// row whose K/V is not written. Attention for a query token at position p reads positions
+// [0, p] of its sequence through that sequence's block table (causal).
+//
+// A plain value type: copyable, no pointers into other objects. Validate() checks every invariant
+// an executor relies on, so a bad batch is an error value rather than a wild memory access.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace tinyserve {
+
+struct ScheduledBatch {
+  // Per token, [num_tokens]:
+  std::vector<int32_t> token_ids;     // input token id
+  std::vector<int32_t> positions;     // absolute position in its sequence (0-based)
+  std::vector<int64_t> slot_mapping;  // KV slot the token's K/V is written to; -1 = padding
+
+  // Per sequence, [num_seqs] (query_start has num_seqs + 1 entries, query_start[0] == 0):
+  std::vector<int32_t> query_start;    // row offsets of each sequence's tokens
+  std::vector<int32_t> context_lens;   // tokens in the KV cache after this step (prefix + new)
+  std::vector<uint8_t> sample;         // 1 iff logits are wanted for the sequence's last row
+
+  // Block tables, [num_seqs, max_blocks_per_seq] row-major, int32 block ids, -1 past the end.
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> block_tables;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
+  int32_t num_query_tokens(int32_t seq) const {
+    return query_start[seq + 1] - query_start[seq];
+  }
+  // Number of sequences with sample[s] != 0: the rows of ExecutorOutput::logits.
+  int32_t num_sampled() const;
+
+  // Appends one sequence. `tokens`/`positions`/`slots` are its query rows; `blocks` its block
+  // table (at most max_blocks_per_seq entries, which must be set first).
+  void AddSequence(const std::vector<int32_t>& tokens, const std::vector<int32_t>& seq_positions,
+                   const std::vector<int64_t>& slots, int32_t context_len,
+                   const std::vector<int32_t>& blocks, bool wants_logits);
+
+  // Returns OK iff the batch is self-consistent and every slot and block id lies inside a cache
+  // of `num_blocks` blocks of `block_size` tokens.
+  Status Validate(int32_t num_blocks, int32_t block_size) const;
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,146 @@
+// Backend: the op set every device implements (DESIGN §7), over raw device pointers.
+//
+// A Backend owns a device (the CPU, or one CUDA device) and runs the ops of the Llama forward pass
+// on memory it allocated. All pointers passed to ops are this backend's device pointers; shapes
+// and dtypes are given next to each parameter. Ops may run asynchronously on the backend's stream;
+// Synchronize() waits and reports any device error. Not thread-safe: one engine thread drives it.
+//
+// KV cache layout (DESIGN §3), per layer: K and V each [num_blocks, block_size, num_kv_heads,
+// head_dim] fp32; slot = block_id * block_size + offset; slot -1 is a padding row (skipped).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/status.h"
+
+namespace tinyserve {
+
+// How RoPE pairs the dimensions of a head: llama2.c / Meta interleaved pairs (2i, 2i+1), or the
+// Hugging Face / GPT-NeoX half split (i, i + head_dim/2).
+enum class RopeStyle { kInterleaved, kNeox };
+
+// Attention metadata for one forward pass; every array is a device pointer.
+struct AttentionMetadata {
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  // True iff device pointers are host pointers (the CPU): host data can be used in place.
+  virtual bool is_host() const { return false; }
+
+  // ---- memory -----------------------------------------------------------------------------------
+  // Returns zeroed device memory of `bytes` bytes, or nullptr if it cannot be had.
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Deallocate(void* ptr) = 0;
+  virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual Status Synchronize() = 0;
+
+  // ---- ops --------------------------------------------------------------------------------------
+  // out[t, :] = table[ids[t], :].  table [vocab, dim], ids [n], out [n, dim].
+  virtual void Embedding(const float* table, const int32_t* ids, int32_t n, int32_t dim,
+                         float* out) = 0;
+
+  // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight.  x, out [n, dim]; weight [dim].
+  virtual void RmsNorm(const float* x, const float* weight, int32_t n, int32_t dim, float eps,
+                       float* out) = 0;
+
+  // Fused residual add + RMSNorm: residual += delta; out = RmsNorm(residual) * weight.
+  // residual, delta, out [n, dim] (residual in/out); weight [dim].
+  virtual void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n,
+                          int32_t dim, float eps, float* out) = 0;
+
+  // y = x * w^T.  x [m, k], w [n, k] row-major (out-features first), y [m, n].
+  virtual void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) = 0;
+
+  // Rotates q and k in place at each token's position. q [n, num_heads, head_dim] with row stride
+  // `q_stride` floats; k [n, num_kv_heads, head_dim] with row stride `k_stride`.
+  virtual void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride,
+                    const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
+                    int32_t head_dim, float theta, RopeStyle style) = 0;
+
+  // Writes each token's K and V row into the cache at its slot; slot -1 is skipped.
+  // k, v [n, kv_width] with row stride `stride`; slots [n] int64; caches as in the file comment.
+  virtual void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
+                            int32_t n, int32_t kv_width, float* k_cache, float* v_cache) = 0;
+
+  // Causal paged attention: query token t of sequence s attends to positions [0, positions[t]] of
+  // s through s's block table (prefill chunks over a cached prefix and decode alike). GQA: query
+  // head h reads kv head h / (num_heads / num_kv_heads). Scale 1/sqrt(head_dim).
+  // q [num_tokens, num_heads, head_dim] with row stride `q_stride`; out [num_tokens, num_heads *
+  // head_dim] contiguous.
+  virtual void PagedAttention(const float* q, int32_t q_stride, const float* k_cache,
+                              const float* v_cache, const AttentionMetadata& meta,
+                              int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                              float* out) = 0;
+
+  // out[t, i] = silu(gate_up[t, i]) * gate_up[t, hidden + i].  gate_up [n, 2*hidden], out [n, hidden].
+  virtual void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) = 0;
+
+  // out[i, :] = x[rows[i], :].  x [*, dim], rows [m], out [m, dim].
+  virtual void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
+                          float* out) = 0;
+};
+
+// Owns one device allocation of a Backend. Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* backend, size_t bytes)
+      : backend_(backend), ptr_(backend->Allocate(bytes)), bytes_(bytes) {}
+  ~DeviceBuffer() { Reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : backend_(o.backend_), ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = o.backend_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+  bool ok() const { return ptr_ != nullptr || bytes_ == 0; }
+
+  void Reset() {
+    if (ptr_ != nullptr) backend_->Deallocate(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The CPU backend: fp32, OpenBLAS sgemm (or a built-in GEMM), OpenMP threads.
+// `num_threads` <= 0 means all hardware threads. Sets the process-wide OpenMP/OpenBLAS thread count.
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
+
+}  // namespace tinyserve

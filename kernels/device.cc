@@ -1,0 +1,15 @@
+#include "kernels/device.h"
+
+#ifndef TINYSERVE_HAVE_CUDA
+namespace tinyserve {
+
+bool BuiltWithCuda() { return false; }
+
+StatusOr<int> ProbeCudaDevices() {
+  return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
+}
+
+std::string DescribeCudaDevice(int /*index*/) { return "none"; }
+
+}  // namespace tinyserve
+#endif

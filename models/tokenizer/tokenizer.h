@@ -1,0 +1,48 @@
+// Tokenizer: text <-> token ids for one vocabulary.
+//
+// A Tokenizer is built once by a loader (LoadLlama2cTokenizer, LoadGgufTokenizer) and owned by the
+// caller through a std::unique_ptr; it keeps no reference to the file it came from. It is immutable
+// after construction: every method is const and safe to call from many threads at once.
+//
+// Decoding is defined piece by piece: DecodePiece(prev, id) is the bytes `id` contributes when it
+// follows `prev` (llama2.c's rule: a piece that follows BOS drops its leading space), and
+// Decode(ids) is exactly the concatenation of DecodePiece(ids[i-1], ids[i]) with ids[-1] = -1.
+// Pieces are raw bytes: one UTF-8 character may be split over several pieces (byte fallback), so a
+// piece, and a prefix of a decoded sequence, may be invalid UTF-8. A streaming detokenizer builds
+// on DecodePiece and holds back incomplete UTF-8 sequences.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tinyserve {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // The ids of `text` (any bytes; invalid UTF-8 is encoded, never rejected), with the BOS id first
+  // when `add_bos` is true and the vocabulary has one. Special tokens written in the text (e.g.
+  // "<s>", "<|endoftext|>") are encoded as plain text, never as the special id.
+  virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
+
+  // The bytes of `ids`: the concatenation of their pieces. Special (control/unknown) tokens
+  // contribute nothing. REQUIRES: 0 <= ids[i] < vocab_size() (ids out of range decode to nothing).
+  virtual std::string Decode(const std::vector<int32_t>& ids) const;
+
+  // The bytes token `id` contributes when it follows `prev_id` (-1 when it is the first).
+  // REQUIRES: 0 <= id < vocab_size() (an id out of range decodes to nothing).
+  virtual std::string DecodePiece(int32_t prev_id, int32_t id) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 if none
+  virtual int32_t eos_id() const = 0;  // -1 if none
+  // Returns true iff the vocabulary's own configuration asks for BOS to be prepended to prompts.
+  virtual bool add_bos_by_default() const = 0;
+  // Returns true iff `id` is a control or unknown token (BOS, EOS, <unk>, <|endoftext|>...).
+  virtual bool is_special(int32_t id) const = 0;
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tinyserve's build and tests need. Idempotent: when every package is
+# already present it only checks (well under a second) and installs nothing.
+set -euo pipefail
+
+PACKAGES=(
+  cmake g++ make pkg-config
+  libopenblas-dev
+  libgtest-dev libgmock-dev
+  nlohmann-json3-dev
+  libpcre2-dev
+  libcpp-httplib-dev
+  prometheus-cpp-dev
+  libcli11-dev
+  clang-format
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
