@@ -14,8 +14,8 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
   StatusOr<int> gpus = ProbeCudaDevices();
   if (gpus.ok()) {
     // The CUDA model backend arrives with the CUDA issue; until then a GPU cannot run the model.
-    const std::string why = "found " + DescribeCudaDevice(0) +
-                            ", but this build has no CUDA model backend yet";
+    const std::string why =
+        "found " + DescribeCudaDevice(0) + ", but this build has no CUDA model backend yet";
     if (device == "cuda") return Unavailable("--device cuda: " + why);
     std::fprintf(stderr, "tinyserve: device auto: %s; using the CPU\n", why.c_str());
     return CreateCpuBackend(cpu_threads);

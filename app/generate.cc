@@ -13,18 +13,21 @@ namespace tinyserve {
 
 CLI::App* AddGenerateCommand(CLI::App& app, GenerateFlags& f) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate completions for prompts (offline)");
-  cmd->add_option("--model", f.model, "llama2.c checkpoint (.bin); default $TINYSERVE_MODEL or "
-                                      "../shared/models/stories260K.bin");
+  cmd->add_option("--model", f.model,
+                  "llama2.c checkpoint (.bin); default $TINYSERVE_MODEL or "
+                  "../shared/models/stories260K.bin");
   cmd->add_option("--tokenizer", f.tokenizer, "tokenizer.bin; default: found beside the model");
   cmd->add_option("--prompt", f.prompts, "a prompt (repeat for several; all run as one batch)");
   cmd->add_option("-n,--max-tokens", f.max_tokens, "max new tokens per prompt")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--temperature", f.temperature, "sampling temperature; 0 = greedy")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--block-size", f.block_size, "KV cache block size in tokens")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--num-kv-blocks", f.num_kv_blocks, "KV cache blocks (0 = enough for all prompts)")
+  cmd->add_option("--num-kv-blocks", f.num_kv_blocks,
+                  "KV cache blocks (0 = enough for all prompts)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", f.device, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -54,8 +57,8 @@ int RunGenerate(const GenerateFlags& f, const std::string& default_shared_dir) {
   const int32_t blocks_per_seq = (max_len + f.block_size - 1) / f.block_size;
   ModelRunnerOptions opts;
   opts.block_size = f.block_size;
-  opts.num_kv_blocks = f.num_kv_blocks > 0 ? f.num_kv_blocks
-                                           : blocks_per_seq * static_cast<int32_t>(prompts.size());
+  opts.num_kv_blocks =
+      f.num_kv_blocks > 0 ? f.num_kv_blocks : blocks_per_seq * static_cast<int32_t>(prompts.size());
   StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads);
   if (!backend.ok()) return fail(backend.status());
   auto runner = ModelRunner::Create(model->weights, std::move(backend).value(), opts);
@@ -65,8 +68,8 @@ int RunGenerate(const GenerateFlags& f, const std::string& default_shared_dir) {
   StaticBatchOptions gen;
   gen.stop_token_ids = config.stop_token_ids;
   const auto start = std::chrono::steady_clock::now();
-  auto results = GenerateStaticBatch(**runner, ids,
-                                     std::vector<int32_t>(prompts.size(), f.max_tokens), gen);
+  auto results =
+      GenerateStaticBatch(**runner, ids, std::vector<int32_t>(prompts.size(), f.max_tokens), gen);
   if (!results.ok()) return fail(results.status());
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "app/gen_model.h"
 #include "app/generate.h"
 
 #ifndef TINYSERVE_DEFAULT_SHARED_DIR
@@ -13,9 +14,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tinyserve::GenerateFlags generate;
   CLI::App* generate_cmd = tinyserve::AddGenerateCommand(app, generate);
+  tinyserve::GenModelFlags gen_model;
+  CLI::App* gen_model_cmd = tinyserve::AddGenModelCommand(app, gen_model);
   CLI11_PARSE(app, argc, argv);
   if (generate_cmd->parsed()) {
     return tinyserve::RunGenerate(generate, TINYSERVE_DEFAULT_SHARED_DIR);
   }
+  if (gen_model_cmd->parsed()) return tinyserve::RunGenModel(gen_model);
   return 1;
 }

@@ -15,7 +15,8 @@
 namespace tinyserve {
 
 struct ExecutorOutput {
-  // Logits for each sequence with sample[s] != 0, in sequence order: [num_sampled, vocab_size] fp32.
+  // Logits for each sequence with sample[s] != 0, in sequence order: [num_sampled, vocab_size]
+  // fp32.
   std::vector<float> logits;
   int32_t vocab_size = 0;
 
@@ -27,9 +28,9 @@ class ModelExecutor {
   virtual ~ModelExecutor() = default;
 
   // Runs the forward pass for `batch`: writes each token's K/V into its slot and returns logits
-  // for the sampled rows. REQUIRES: every block id and slot of `batch` < num_kv_blocks() * block_size().
-  // Returns a non-OK status (and leaves no partial output) if the batch is invalid or the device
-  // fails.
+  // for the sampled rows. REQUIRES: every block id and slot of `batch` < num_kv_blocks() *
+  // block_size(). Returns a non-OK status (and leaves no partial output) if the batch is invalid or
+  // the device fails.
   virtual StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) = 0;
 
   virtual int32_t num_kv_blocks() const = 0;

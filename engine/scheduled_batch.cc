@@ -72,8 +72,8 @@ Status ScheduledBatch::Validate(int32_t num_blocks, int32_t block_size) const {
       if (slot < -1 || slot >= num_slots) {
         return InvalidArgument("batch: slot " + std::to_string(slot) + " outside the cache");
       }
-      if (slot >= 0 && slot != static_cast<int64_t>(table[pos / block_size]) * block_size +
-                                    pos % block_size) {
+      if (slot >= 0 &&
+          slot != static_cast<int64_t>(table[pos / block_size]) * block_size + pos % block_size) {
         return InvalidArgument("batch: slot " + std::to_string(slot) + " of position " +
                                std::to_string(pos) + " disagrees with the block table");
       }

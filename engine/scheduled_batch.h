@@ -27,9 +27,9 @@ struct ScheduledBatch {
   std::vector<int64_t> slot_mapping;  // KV slot the token's K/V is written to; -1 = padding
 
   // Per sequence, [num_seqs] (query_start has num_seqs + 1 entries, query_start[0] == 0):
-  std::vector<int32_t> query_start;    // row offsets of each sequence's tokens
-  std::vector<int32_t> context_lens;   // tokens in the KV cache after this step (prefix + new)
-  std::vector<uint8_t> sample;         // 1 iff logits are wanted for the sequence's last row
+  std::vector<int32_t> query_start;   // row offsets of each sequence's tokens
+  std::vector<int32_t> context_lens;  // tokens in the KV cache after this step (prefix + new)
+  std::vector<uint8_t> sample;        // 1 iff logits are wanted for the sequence's last row
 
   // Block tables, [num_seqs, max_blocks_per_seq] row-major, int32 block ids, -1 past the end.
   int32_t max_blocks_per_seq = 0;
@@ -37,9 +37,7 @@ struct ScheduledBatch {
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
-  int32_t num_query_tokens(int32_t seq) const {
-    return query_start[seq + 1] - query_start[seq];
-  }
+  int32_t num_query_tokens(int32_t seq) const { return query_start[seq + 1] - query_start[seq]; }
   // Number of sequences with sample[s] != 0: the rows of ExecutorOutput::logits.
   int32_t num_sampled() const;
 

@@ -43,7 +43,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) {
@@ -80,8 +82,8 @@ class [[nodiscard]] StatusOr {
 }  // namespace tinyserve
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define TS_RETURN_IF_ERROR(expr)           \
-  do {                                     \
+#define TS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
     ::tinyserve::Status _ts_status = (expr); \
     if (!_ts_status.ok()) return _ts_status; \
   } while (0)

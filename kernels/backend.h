@@ -87,7 +87,8 @@ class Backend {
                               int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                               float* out) = 0;
 
-  // out[t, i] = silu(gate_up[t, i]) * gate_up[t, hidden + i].  gate_up [n, 2*hidden], out [n, hidden].
+  // out[t, i] = silu(gate_up[t, i]) * gate_up[t, hidden + i].  gate_up [n, 2*hidden], out [n,
+  // hidden].
   virtual void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) = 0;
 
   // out[i, :] = x[rows[i], :].  x [*, dim], rows [m], out [m, dim].
@@ -140,7 +141,8 @@ class DeviceBuffer {
 };
 
 // The CPU backend: fp32, OpenBLAS sgemm (or a built-in GEMM), OpenMP threads.
-// `num_threads` <= 0 means all hardware threads. Sets the process-wide OpenMP/OpenBLAS thread count.
+// `num_threads` <= 0 means all hardware threads. Sets the process-wide OpenMP/OpenBLAS thread
+// count.
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
 
 }  // namespace tinyserve

@@ -11,7 +11,8 @@ namespace tinyserve {
 bool BuiltWithCuda();
 
 // Returns the number of usable CUDA devices (>= 1), or a non-OK status saying why none can be used
-// ("built without CUDA", "cudaGetDeviceCount: no CUDA-capable device is detected (error 100)", ...).
+// ("built without CUDA", "cudaGetDeviceCount: no CUDA-capable device is detected (error 100)",
+// ...).
 StatusOr<int> ProbeCudaDevices();
 
 // A one-line description of CUDA device `index` (name, memory, compute capability).

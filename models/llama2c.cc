@@ -23,19 +23,19 @@ std::vector<int64_t> TensorSizes(const Llama2cHeader& h) {
   const int64_t head = dim / h.n_heads, kv_dim = head * h.n_kv_heads;
   const int64_t vocab = h.vocab_size < 0 ? -static_cast<int64_t>(h.vocab_size) : h.vocab_size;
   std::vector<int64_t> sizes = {
-      vocab * dim,             // token_embedding_table
-      L * dim,                 // rms_att_weight
-      L * dim * dim,           // wq
-      L * kv_dim * dim,        // wk
-      L * kv_dim * dim,        // wv
-      L * dim * dim,           // wo
-      L * dim,                 // rms_ffn_weight
-      L * hidden * dim,        // w1
-      L * dim * hidden,        // w2
-      L * hidden * dim,        // w3
-      dim,                     // rms_final_weight
-      h.seq_len * head / 2,    // freq_cis_real (unused)
-      h.seq_len * head / 2,    // freq_cis_imag (unused)
+      vocab * dim,           // token_embedding_table
+      L * dim,               // rms_att_weight
+      L * dim * dim,         // wq
+      L * kv_dim * dim,      // wk
+      L * kv_dim * dim,      // wv
+      L * dim * dim,         // wo
+      L * dim,               // rms_ffn_weight
+      L * hidden * dim,      // w1
+      L * dim * hidden,      // w2
+      L * hidden * dim,      // w3
+      dim,                   // rms_final_weight
+      h.seq_len * head / 2,  // freq_cis_real (unused)
+      h.seq_len * head / 2,  // freq_cis_imag (unused)
   };
   if (h.vocab_size < 0) sizes.push_back(vocab * dim);  // wcls
   return sizes;
@@ -68,30 +68,30 @@ StatusOr<int64_t> Llama2cExpectedFileSize(const Llama2cHeader& h, const std::str
       {"n_heads", h.n_heads}, {"n_kv_heads", h.n_kv_heads}, {"seq_len", h.seq_len}};
   for (const auto& [name, value] : positive) {
     if (value <= 0) {
-      return HeaderError(path, std::string(name) + " = " + std::to_string(value) +
-                                   " (must be positive)");
+      return HeaderError(path,
+                         std::string(name) + " = " + std::to_string(value) + " (must be positive)");
     }
     if (value > kMaxDim) {
-      return HeaderError(path, std::string(name) + " = " + std::to_string(value) +
-                                   " is implausibly large");
+      return HeaderError(
+          path, std::string(name) + " = " + std::to_string(value) + " is implausibly large");
     }
   }
   if (h.vocab_size == 0) return HeaderError(path, "vocab_size = 0");
   if (h.vocab_size < -kMaxDim || h.vocab_size > kMaxDim) {
-    return HeaderError(path, "vocab_size = " + std::to_string(h.vocab_size) +
-                                 " is implausibly large");
+    return HeaderError(path,
+                       "vocab_size = " + std::to_string(h.vocab_size) + " is implausibly large");
   }
   if (h.dim % h.n_heads != 0) {
-    return HeaderError(path, "n_heads = " + std::to_string(h.n_heads) + " does not divide dim = " +
-                                 std::to_string(h.dim));
+    return HeaderError(path, "n_heads = " + std::to_string(h.n_heads) +
+                                 " does not divide dim = " + std::to_string(h.dim));
   }
   if (h.n_kv_heads > h.n_heads || h.n_heads % h.n_kv_heads != 0) {
     return HeaderError(path, "n_kv_heads = " + std::to_string(h.n_kv_heads) +
                                  " does not divide n_heads = " + std::to_string(h.n_heads));
   }
   if ((h.dim / h.n_heads) % 2 != 0) {
-    return HeaderError(path, "head size " + std::to_string(h.dim / h.n_heads) +
-                                 " is odd (RoPE needs pairs)");
+    return HeaderError(
+        path, "head size " + std::to_string(h.dim / h.n_heads) + " is odd (RoPE needs pairs)");
   }
   int64_t floats = 0;
   for (int64_t s : TensorSizes(h)) {
@@ -115,8 +115,8 @@ StatusOr<std::shared_ptr<const LlamaWeights>> LoadLlama2cCheckpoint(const std::s
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound(path + ": cannot open model file");
   if (file_size < kHeaderBytes) {
-    return HeaderError(path, "file is " + std::to_string(file_size) +
-                                 " bytes, shorter than the 28-byte header");
+    return HeaderError(
+        path, "file is " + std::to_string(file_size) + " bytes, shorter than the 28-byte header");
   }
   int32_t raw[7];
   in.read(reinterpret_cast<char*>(raw), sizeof(raw));

@@ -25,8 +25,8 @@ struct LlamaWeights {
   ModelConfig config;
   std::vector<float> token_embedding;  // [vocab, dim]
   std::vector<LlamaLayerWeights> layers;
-  std::vector<float> final_norm;       // [dim]
-  std::vector<float> classifier;       // [vocab, dim]; empty when config.shared_classifier
+  std::vector<float> final_norm;  // [dim]
+  std::vector<float> classifier;  // [vocab, dim]; empty when config.shared_classifier
 
   const float* lm_head() const {
     return config.shared_classifier ? token_embedding.data() : classifier.data();

@@ -1,4 +1,5 @@
-// ModelConfig: the shape and hyper-parameters of a Llama-family decoder, whatever file it came from.
+// ModelConfig: the shape and hyper-parameters of a Llama-family decoder, whatever file it came
+// from.
 #pragma once
 
 #include <cstdint>
@@ -10,15 +11,15 @@
 namespace tinyserve {
 
 struct ModelConfig {
-  std::string name;            // e.g. "stories260K" (file stem), used as the default served name
-  int32_t dim = 0;             // hidden size
-  int32_t hidden_dim = 0;      // FFN intermediate size
+  std::string name;        // e.g. "stories260K" (file stem), used as the default served name
+  int32_t dim = 0;         // hidden size
+  int32_t hidden_dim = 0;  // FFN intermediate size
   int32_t num_layers = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;        // dim / num_heads for llama2.c checkpoints
+  int32_t head_dim = 0;  // dim / num_heads for llama2.c checkpoints
   int32_t vocab_size = 0;
-  int32_t max_seq_len = 0;     // the model's context length
+  int32_t max_seq_len = 0;  // the model's context length
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeStyle rope_style = RopeStyle::kInterleaved;

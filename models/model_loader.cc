@@ -24,7 +24,8 @@ StatusOr<std::string> FindModelPath(const ModelSource& source, const std::string
   }
   return NotFound(
       "no model given: pass --model PATH (a llama2.c .bin checkpoint, with its tokenizer beside it "
-      "or --tokenizer PATH), or set TINYSERVE_MODEL; the default, ../shared/models/stories260K.bin, "
+      "or --tokenizer PATH), or set TINYSERVE_MODEL; the default, "
+      "../shared/models/stories260K.bin, "
       "was not found. stories260K.bin and tok512.bin come from Hugging Face karpathy/tinyllamas.");
 }
 
@@ -51,7 +52,8 @@ StatusOr<LoadedModel> ResolveAndLoadModel(const ModelSource& source,
   const fs::path dir = fs::path(*path).parent_path();
   std::vector<std::string> tried;
   std::string last_error;
-  for (const std::string& name : {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
+  for (const std::string& name :
+       {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
     const fs::path candidate = dir / name;
     tried.push_back(candidate.string());
     std::error_code ec;

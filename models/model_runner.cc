@@ -25,7 +25,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     const ModelRunnerOptions& options) {
   if (weights == nullptr || backend == nullptr) return InvalidArgument("ModelRunner: null input");
   if (options.block_size <= 0) {
-    return InvalidArgument("block size must be positive, got " + std::to_string(options.block_size));
+    return InvalidArgument("block size must be positive, got " +
+                           std::to_string(options.block_size));
   }
   if (options.num_kv_blocks <= 0) {
     return InvalidArgument("number of KV blocks must be positive, got " +
@@ -38,7 +39,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     return InvalidArgument("max model length " + std::to_string(opts.max_model_len) +
                            " exceeds the model's context length " + std::to_string(model_len));
   }
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(std::move(weights), std::move(backend), opts));
+  std::unique_ptr<ModelRunner> runner(
+      new ModelRunner(std::move(weights), std::move(backend), opts));
   TS_RETURN_IF_ERROR(runner->Init());
   return runner;
 }
@@ -73,8 +75,8 @@ Status ModelRunner::Init() {
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& lw = w.layers[l];
-    LayerPtrs p{Upload(lw.attn_norm), Upload(lw.wqkv), Upload(lw.wo),   Upload(lw.ffn_norm),
-                Upload(lw.w13),       Upload(lw.w2),   nullptr,         nullptr};
+    LayerPtrs p{Upload(lw.attn_norm), Upload(lw.wqkv), Upload(lw.wo), Upload(lw.ffn_norm),
+                Upload(lw.w13),       Upload(lw.w2),   nullptr,       nullptr};
     if (!p.attn_norm || !p.wqkv || !p.wo || !p.ffn_norm || !p.w13 || !p.w2) {
       return ResourceExhausted("out of device memory uploading layer " + std::to_string(l));
     }
@@ -146,8 +148,8 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
     if (batch.sample[s]) sample_rows.push_back(batch.query_start[s + 1] - 1);
   }
   const int32_t num_sampled = static_cast<int32_t>(sample_rows.size());
-  TS_RETURN_IF_ERROR(EnsureWorkspace(n, num_seqs, num_sampled,
-                                     static_cast<int32_t>(batch.block_tables.size())));
+  TS_RETURN_IF_ERROR(
+      EnsureWorkspace(n, num_seqs, num_sampled, static_cast<int32_t>(batch.block_tables.size())));
 
   Backend& b = *backend_;
   b.CopyToDevice(d_tokens_.as<void>(), batch.token_ids.data(), n * sizeof(int32_t));

@@ -37,7 +37,8 @@ StatusOr<std::vector<GeneratedSequence>> GenerateStaticBatch(
   for (size_t i = 0; i < num; ++i) {
     if (prompts[i].empty()) return InvalidArgument("prompt " + std::to_string(i) + " is empty");
     if (static_cast<int32_t>(prompts[i].size()) > max_len) {
-      return OutOfRange("prompt " + std::to_string(i) + " has " + std::to_string(prompts[i].size()) +
+      return OutOfRange("prompt " + std::to_string(i) + " has " +
+                        std::to_string(prompts[i].size()) +
                         " tokens, more than the max model length " + std::to_string(max_len));
     }
     Seq& s = seqs[i];

@@ -29,14 +29,41 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
   for (int32_t j = 0; j < dim; ++j) out[j] = weight[j] * (ss * x[j]);
 }
 
+// y[:, j0:j1] = x * w[j0:j1, :]^T on the calling thread. y has row stride n.
+void GemmSlice(const float* x, const float* w, int32_t m, int32_t n, int32_t k, int32_t j0,
+               int32_t j1, float* y) {
+  const float* ws = w + static_cast<size_t>(j0) * k;
+#ifdef TINYSERVE_HAVE_OPENBLAS
+  if (m == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, j1 - j0, k, 1.0f, ws, k, x, 1, 0.0f, y + j0, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, j1 - j0, k, 1.0f, x, k, ws, k, 0.0f,
+                y + j0, n);
+  }
+#else
+  // Built-in: each weight row is read once and applied to all m rows.
+  for (int32_t j = j0; j < j1; ++j) {
+    const float* wr = w + static_cast<size_t>(j) * k;
+    for (int32_t i = 0; i < m; ++i) {
+      const float* xr = x + static_cast<size_t>(i) * k;
+      float acc = 0.0f;
+      for (int32_t p = 0; p < k; ++p) acc += wr[p] * xr[p];
+      y[static_cast<size_t>(i) * n + j] = acc;
+    }
+  }
+  (void)ws;
+#endif
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads) {
-    if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (num_threads <= 0)
+      num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     num_threads_ = num_threads;
     omp_set_num_threads(num_threads_);
 #ifdef TINYSERVE_HAVE_OPENBLAS
-    openblas_set_num_threads(num_threads_);
+    openblas_set_num_threads(1);  // threads come from OpenMP, see Gemm
 #endif
   }
 
@@ -78,16 +105,16 @@ class CpuBackend final : public Backend {
 
   void RmsNorm(const float* x, const float* weight, int32_t n, int32_t dim, float eps,
                float* out) override {
-#pragma omp parallel for if (n > 16)
+#pragma omp parallel for if (static_cast <int64_t>(n) * dim > 65536)
     for (int32_t t = 0; t < n; ++t) {
       RmsNormRow(x + static_cast<size_t>(t) * dim, weight, dim, eps,
                  out + static_cast<size_t>(t) * dim);
     }
   }
 
-  void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n,
-                  int32_t dim, float eps, float* out) override {
-#pragma omp parallel for if (n > 16)
+  void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n, int32_t dim,
+                  float eps, float* out) override {
+#pragma omp parallel for if (static_cast <int64_t>(n) * dim > 65536)
     for (int32_t t = 0; t < n; ++t) {
       float* r = residual + static_cast<size_t>(t) * dim;
       const float* d = delta + static_cast<size_t>(t) * dim;
@@ -96,33 +123,30 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // One thread pool: OpenMP splits the output features into one slice per thread, and each
+  // slice is a single-threaded OpenBLAS call (OpenBLAS's own threads are off; two pools spinning
+  // on two cores starve each other).
   void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
-#ifdef TINYSERVE_HAVE_OPENBLAS
-    if (m == 1) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, 0.0f, y, 1);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+    const double flops = 2.0 * m * n * k;
+    const int32_t parts = flops < 2e5 ? 1 : std::min<int32_t>(num_threads_, (n + 15) / 16);
+    if (parts <= 1) {
+      GemmSlice(x, w, m, n, k, 0, n, y);
+      return;
     }
-#else
-    // Built-in: each output feature's weight row is read once and applied to all m rows.
-#pragma omp parallel for schedule(static)
-    for (int32_t j = 0; j < n; ++j) {
-      const float* wr = w + static_cast<size_t>(j) * k;
-      for (int32_t i = 0; i < m; ++i) {
-        const float* xr = x + static_cast<size_t>(i) * k;
-        float acc = 0.0f;
-        for (int32_t p = 0; p < k; ++p) acc += wr[p] * xr[p];
-        y[static_cast<size_t>(i) * n + j] = acc;
-      }
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+    for (int32_t p = 0; p < parts; ++p) {
+      // Slice boundaries on multiples of 16 features.
+      const int32_t per = (n + parts * 16 - 1) / (parts * 16) * 16;
+      const int32_t j0 = std::min(n, p * per), j1 = std::min(n, j0 + per);
+      if (j1 > j0) GemmSlice(x, w, m, n, k, j0, j1, y);
     }
-#endif
   }
 
   void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
             int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, float theta,
             RopeStyle style) override {
     const int32_t half = head_dim / 2;
-#pragma omp parallel if (n > 4)
+#pragma omp parallel if (static_cast <int64_t>(n) * (num_heads + num_kv_heads) * head_dim > 65536)
     {
       std::vector<float> cosv(half), sinv(half);
 #pragma omp for
@@ -153,8 +177,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                    int32_t n, int32_t kv_width, float* k_cache, float* v_cache) override {
+  void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
+                    int32_t kv_width, float* k_cache, float* v_cache) override {
     for (int32_t t = 0; t < n; ++t) {
       const int64_t slot = slots[t];
       if (slot < 0) continue;
@@ -165,9 +189,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void PagedAttention(const float* q, int32_t q_stride, const float* k_cache,
-                      const float* v_cache, const AttentionMetadata& meta, int32_t num_heads,
-                      int32_t num_kv_heads, int32_t head_dim, float* out) override {
+  void PagedAttention(const float* q, int32_t q_stride, const float* k_cache, const float* v_cache,
+                      const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
+                      int32_t head_dim, float* out) override {
     const int32_t kv_mul = num_heads / num_kv_heads;
     const int32_t kv_width = num_kv_heads * head_dim;
     const float denom = std::sqrt(static_cast<float>(head_dim));
@@ -178,7 +202,11 @@ class CpuBackend final : public Backend {
       for (int32_t t = meta.query_start[s]; t < meta.query_start[s + 1]; ++t) seq_of[t] = s;
     }
     const int64_t work = static_cast<int64_t>(meta.num_tokens) * num_heads;
-#pragma omp parallel if (work > 1)
+    // Threads only when there is enough to share: each parallel region costs a barrier.
+    int64_t flops = 0;
+    for (int32_t t = 0; t < meta.num_tokens; ++t) flops += meta.positions[t] + 1;
+    flops *= 4LL * num_heads * head_dim;
+#pragma omp parallel if (flops > 200000)
     {
       std::vector<float> att;
 #pragma omp for schedule(dynamic, 1)
@@ -220,7 +248,7 @@ class CpuBackend final : public Backend {
   }
 
   void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
-#pragma omp parallel for if (n > 4)
+#pragma omp parallel for if (static_cast <int64_t>(n) * hidden > 65536)
     for (int32_t t = 0; t < n; ++t) {
       const float* g = gate_up + static_cast<size_t>(t) * 2 * hidden;
       const float* u = g + hidden;

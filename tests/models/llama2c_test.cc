@@ -41,9 +41,7 @@ class Llama2cTest : public ::testing::Test {
 
 constexpr Llama2cHeader kSmall{16, 40, 2, 4, 2, 32, 24};
 
-int64_t FloatsFor(const Llama2cHeader& h) {
-  return (*Llama2cExpectedFileSize(h, "x") - 28) / 4;
-}
+int64_t FloatsFor(const Llama2cHeader& h) { return (*Llama2cExpectedFileSize(h, "x") - 28) / 4; }
 
 TEST_F(Llama2cTest, LoadsStories260K) {
   auto w = LoadLlama2cCheckpoint(kShared + "/models/stories260K.bin");

@@ -1,0 +1,210 @@
+// decode_bench: CPU decode speed against the memory-bandwidth floor.
+//
+// Single-sequence decode must read every weight once per token, so its ceiling is
+// (memory read bandwidth) / (weight bytes); the bandwidth is measured in the same run with a large
+// streaming read at the same thread count. Batched decode reads the weights once for the whole
+// batch, turning matrix-vector work into matrix-matrix work.
+//
+//   decode_bench [--presets stories260K,stories15M,stories110M] [--threads 1,2] [--batch 1,32]
+//                [--decode-tokens 32] [--prompt-len 16] [--model-dir DIR]
+//
+// Benchmark-shape checkpoints (random weights, seed 1) are written to --model-dir once and reused.
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "models/llama2c.h"
+#include "models/model_runner.h"
+#include "models/presets.h"
+#include "models/static_batch_generator.h"
+
+namespace tinyserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Best-of-5 read bandwidth in bytes/s over a 1 GiB buffer, summed by `threads` threads.
+double MeasureReadBandwidth(int threads) {
+  const size_t n = (size_t{1} << 30) / sizeof(float);
+  std::vector<float> buf(n);
+#pragma omp parallel for num_threads(threads)
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    float total = 0.0f;
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; i += 16) {
+      float s = 0.0f;
+      for (size_t j = 0; j < 16; ++j) s += buf[i + j];
+      total += s;
+    }
+    sink = total;
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()));
+  }
+  (void)sink;
+  return best;
+}
+
+struct Result {
+  double tokens_per_s = 0.0;
+};
+
+// Prefills `batch` sequences of `prompt_len` tokens, then times `steps` decode steps.
+StatusOr<Result> RunDecode(ModelRunner& runner, int32_t batch, int32_t prompt_len, int32_t steps) {
+  const int32_t bs = runner.block_size();
+  const int32_t max_blocks = (runner.max_model_len() + bs - 1) / bs;
+  const int32_t vocab = runner.vocab_size();
+  std::vector<std::vector<int32_t>> tables(batch);
+  int32_t next_block = 0;
+  for (auto& t : tables) {
+    for (int32_t b = 0; b < max_blocks; ++b) t.push_back(next_block++);
+  }
+  if (next_block > runner.num_kv_blocks()) return ResourceExhausted("too few KV blocks");
+  std::vector<int32_t> last(batch);
+  auto slot = [&](int32_t s, int32_t p) {
+    return static_cast<int64_t>(tables[s][p / bs]) * bs + p % bs;
+  };
+  {
+    ScheduledBatch prefill;
+    prefill.max_blocks_per_seq = max_blocks;
+    for (int32_t s = 0; s < batch; ++s) {
+      std::vector<int32_t> toks, pos;
+      std::vector<int64_t> slots;
+      for (int32_t p = 0; p < prompt_len; ++p) {
+        toks.push_back(1 + (s * 131 + p * 17) % (vocab - 1));
+        pos.push_back(p);
+        slots.push_back(slot(s, p));
+      }
+      prefill.AddSequence(toks, pos, slots, prompt_len, tables[s], true);
+    }
+    auto out = runner.Execute(prefill);
+    if (!out.ok()) return out.status();
+    for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
+  }
+  const auto t0 = Clock::now();
+  for (int32_t step = 0; step < steps; ++step) {
+    const int32_t p = prompt_len + step;
+    ScheduledBatch decode;
+    decode.max_blocks_per_seq = max_blocks;
+    for (int32_t s = 0; s < batch; ++s) {
+      decode.AddSequence({last[s]}, {p}, {slot(s, p)}, p + 1, tables[s], true);
+    }
+    auto out = runner.Execute(decode);
+    if (!out.ok()) return out.status();
+    for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
+  }
+  Result r;
+  r.tokens_per_s = static_cast<double>(batch) * steps / Seconds(t0, Clock::now());
+  return r;
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"decode_bench: CPU decode tokens/s against the memory-bandwidth floor"};
+  std::string presets = "stories260K,stories15M,stories110M", threads = "1,2", batches = "1,32";
+  int32_t decode_tokens = 32, prompt_len = 16;
+  std::string model_dir = (std::filesystem::temp_directory_path() / "tinyserve-bench").string();
+  app.add_option("--presets", presets, "comma-separated model shapes");
+  app.add_option("--threads", threads, "comma-separated thread counts");
+  app.add_option("--batch", batches, "comma-separated batch sizes");
+  app.add_option("--decode-tokens", decode_tokens, "timed decode steps");
+  app.add_option("--prompt-len", prompt_len, "prefilled tokens per sequence");
+  app.add_option("--model-dir", model_dir, "where benchmark checkpoints are cached");
+  CLI11_PARSE(app, argc, argv);
+  std::filesystem::create_directories(model_dir);
+
+  std::printf(
+      "| model | params | weight MB | threads | batch | tok/s | floor tok/s | of floor | x batch 1 "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& threads_str : Split(threads)) {
+    const int nt = std::stoi(threads_str);
+    const double bandwidth = MeasureReadBandwidth(nt);
+    std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s\n", nt, bandwidth / 1e9);
+    for (const std::string& name : Split(presets)) {
+      const auto preset = FindModelPreset(name);
+      if (!preset) {
+        std::fprintf(stderr, "unknown preset %s\n", name.c_str());
+        return 1;
+      }
+      const std::string path = model_dir + "/" + name + "-seed1.bin";
+      if (!LoadLlama2cCheckpoint(path).ok()) {
+        const Status s = WriteRandomLlama2cCheckpoint(path, preset->header, 1);
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", s.message().c_str());
+          return 1;
+        }
+      }
+      auto weights = LoadLlama2cCheckpoint(path);
+      if (!weights.ok()) {
+        std::fprintf(stderr, "%s\n", weights.status().message().c_str());
+        return 1;
+      }
+      const ModelConfig& c = (*weights)->config;
+      const int64_t read_params =
+          c.num_parameters() - (c.shared_classifier ? 0 : int64_t{c.vocab_size} * c.dim);
+      const double weight_bytes = static_cast<double>(read_params) * sizeof(float);
+      const double floor_tps = bandwidth / weight_bytes;
+      double single = 0.0;
+      for (const std::string& batch_str : Split(batches)) {
+        const int32_t batch = std::stoi(batch_str);
+        ModelRunnerOptions o;
+        o.block_size = 16;
+        o.max_model_len = std::min(c.max_seq_len, prompt_len + decode_tokens + 16);
+        o.num_kv_blocks = batch * ((o.max_model_len + 15) / 16);
+        auto runner = ModelRunner::Create(*weights, CreateCpuBackend(nt), o);
+        if (!runner.ok()) {
+          std::fprintf(stderr, "%s\n", runner.status().message().c_str());
+          return 1;
+        }
+        (void)RunDecode(**runner, batch, prompt_len, 2);  // warm-up
+        auto r = RunDecode(**runner, batch, prompt_len, decode_tokens);
+        if (!r.ok()) {
+          std::fprintf(stderr, "%s\n", r.status().message().c_str());
+          return 1;
+        }
+        if (batch == 1) single = r->tokens_per_s;
+        std::printf(
+            "| %s | %.2fM | %.1f | %d | %d | %.1f | %.1f | %s | %s |\n", name.c_str(),
+            c.num_parameters() / 1e6, weight_bytes / 1e6, nt, batch, r->tokens_per_s, floor_tps,
+            batch == 1
+                ? (std::to_string(static_cast<int>(100.0 * r->tokens_per_s / floor_tps + 0.5)) +
+                   "%")
+                      .c_str()
+                : "",
+            single > 0 && batch != 1
+                ? (std::to_string(r->tokens_per_s / single).substr(0, 5) + "x").c_str()
+                : "");
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tinyserve
+
+int main(int argc, char** argv) { return tinyserve::Main(argc, argv); }
