@@ -11,6 +11,7 @@ PACKAGES=(
   libpcre2-dev
   libcpp-httplib-dev
   prometheus-cpp-dev
+  prometheus
   libcli11-dev
   clang-format
 )

@@ -17,9 +17,9 @@ namespace {
 
 struct Candidate {
   float score;
-  int32_t left;      // index of the left symbol
-  int32_t right;     // index of the right symbol
-  int32_t left_id;   // ids when pushed; a mismatch at pop time means the entry is stale
+  int32_t left;     // index of the left symbol
+  int32_t right;    // index of the right symbol
+  int32_t left_id;  // ids when pushed; a mismatch at pop time means the entry is stale
   int32_t right_id;
   int32_t merged_id;
 };

@@ -45,6 +45,7 @@ class MergeTable {
 };
 
 // Merges `ids` in place until no adjacent pair has a rule in `table`.
+// REQUIRES: ids.size() < 2^31.
 void ApplyBpeMerges(const MergeTable& table, std::vector<int32_t>& ids);
 
 }  // namespace tinyserve

@@ -76,7 +76,7 @@ const std::array<std::string, 256>& Gpt2ByteToUnicode() {
 }
 
 StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(ByteLevelVocab vocab,
-                                                              const std::string& source) {
+                                                             const std::string& source) {
   const size_t n = vocab.tokens.size();
   if (n == 0 || n > static_cast<size_t>(INT32_MAX)) {
     return InvalidArgument(source + ": vocabulary has " + std::to_string(n) + " tokens");
@@ -143,7 +143,8 @@ StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(ByteLevelVocab voca
   }
   bpe->decoded_.resize(size);
   for (int32_t id = 0; id < size; ++id) {
-    if (!IsSpecialKind(bpe->vocab_.kinds[id])) bpe->decoded_[id] = TokenBytes(bpe->vocab_.tokens[id]);
+    if (!IsSpecialKind(bpe->vocab_.kinds[id]))
+      bpe->decoded_[id] = TokenBytes(bpe->vocab_.tokens[id]);
   }
   return bpe;
 }

@@ -5,9 +5,9 @@
 // Not thread-safe (it has a cursor); cheap to create.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <bit>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -31,8 +31,8 @@ class ByteReader {
     return true;
   }
 
-  // Reads `length` raw bytes into `out`. REQUIRES: nothing; a length past the end returns false
-  // before anything is allocated.
+  // Reads `length` raw bytes into `out`; a length past the end returns false before anything is
+  // allocated.
   bool ReadBytes(uint64_t length, std::string* out) {
     if (length > remaining()) return false;
     out->assign(reinterpret_cast<const char*>(data_ + offset_), static_cast<size_t>(length));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/status.h"
+#include "models/tokenizer/ggml_type.h"
 #include "models/tokenizer/mapped_file.h"
 
 namespace tinyserve {
@@ -46,11 +47,11 @@ const char* GgufTypeName(GgufType type);
 // An array value. Elements live in the one vector that matches element_type.
 struct GgufArray {
   GgufType element_type = GgufType::kUint8;
-  std::vector<uint64_t> uints;      // kUint8, kUint16, kUint32, kUint64, kBool (0 or 1)
-  std::vector<int64_t> ints;        // kInt8, kInt16, kInt32, kInt64
-  std::vector<double> floats;       // kFloat32, kFloat64 (exact)
+  std::vector<uint64_t> uints;       // kUint8, kUint16, kUint32, kUint64, kBool (0 or 1)
+  std::vector<int64_t> ints;         // kInt8, kInt16, kInt32, kInt64
+  std::vector<double> floats;        // kFloat32, kFloat64 (exact)
   std::vector<std::string> strings;  // kString
-  std::vector<GgufArray> arrays;    // kArray (nested arrays)
+  std::vector<GgufArray> arrays;     // kArray (nested arrays)
 
   uint64_t size() const;
 };
@@ -74,13 +75,12 @@ struct GgufTensorInfo {
   uint64_t num_bytes = 0;      // size of the data; 0 when ggml_type's block size is not known
 };
 
-// The name of a ggml tensor type ("f32", "bf16", "q8_0"...), or "unknown".
-const char* GgmlTypeName(uint32_t ggml_type);
-
 class GgufFile {
  public:
   // Maps and parses `path`.
   static StatusOr<GgufFile> Open(const std::string& path);
+  // Parses a file already in memory (MappedFile::Open or MappedFile::FromBytes).
+  static StatusOr<GgufFile> Parse(MappedFile file);
 
   GgufFile(GgufFile&&) = default;
   GgufFile& operator=(GgufFile&&) = default;
@@ -104,7 +104,7 @@ class GgufFile {
   StatusOr<bool> GetBool(std::string_view key) const;
   const GgufArray* FindArray(std::string_view key) const;  // nullptr if missing or not an array
   StatusOr<std::vector<std::string>> GetStringArray(std::string_view key) const;
-  StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;  // integer elements
+  StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;   // integer elements
   StatusOr<std::vector<double>> GetFloatArray(std::string_view key) const;  // f32/f64 elements
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }

@@ -47,11 +47,23 @@ std::vector<std::string_view> Gpt2PreTokenizer::Split(std::string_view text) con
   size_t covered = 0;  // text[0, covered) is in chunks
   size_t start = 0;
   while (start < text.size()) {
-    const int rc = pcre2_match(regex_->code, subject, text.size(), start, 0, match, nullptr);
-    if (rc < 0) break;  // no further match (or an error): the rest becomes one chunk
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
-    const size_t begin = ovector[0];
-    const size_t end = ovector[1];
+    int rc = pcre2_match(regex_->code, subject, text.size(), start, 0, match, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      // A resource limit (JIT stack, match limit): retry with the interpreter.
+      rc = pcre2_match(regex_->code, subject, text.size(), start, PCRE2_NO_JIT, match, nullptr);
+    }
+    if (rc == PCRE2_ERROR_NOMATCH) break;  // the rest (invalid bytes) becomes one chunk
+    size_t begin = start;
+    size_t end = start;
+    if (rc < 0) {
+      // Still failing: make the next character a chunk of its own and go on.
+      end = start + 1;
+      while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
+    } else {
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
+      begin = ovector[0];
+      end = ovector[1];
+    }
     if (begin > covered) chunks.push_back(text.substr(covered, begin - covered));  // invalid bytes
     if (end > begin) chunks.push_back(text.substr(begin, end - begin));
     covered = end > covered ? end : covered;

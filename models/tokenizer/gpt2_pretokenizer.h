@@ -4,8 +4,9 @@
 // matched by PCRE2 in UTF + UCP mode (Unicode letters, numbers and spaces).
 //
 // Input is any bytes. Invalid UTF-8 never matches (PCRE2_MATCH_INVALID_UTF); each run of bytes
-// between matches becomes a chunk of its own, so the chunks always tile the whole text and byte-level
-// encoding stays lossless. Immutable after Create; Split is thread-safe (per-call match data).
+// between matches becomes a chunk of its own, so the chunks always tile the whole text and
+// byte-level encoding stays lossless. Immutable after Create; Split is thread-safe (per-call match
+// data).
 #pragma once
 
 #include <memory>

@@ -40,17 +40,27 @@ StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   return MappedFile(path, static_cast<const uint8_t*>(addr), size);
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+MappedFile MappedFile::FromBytes(std::string name, std::string bytes) {
+  MappedFile file(std::move(name), nullptr, 0);
+  file.owned_ = std::move(bytes);
+  file.is_owned_ = true;
+  file.size_ = file.owned_.size();
+  file.data_ = file.size_ == 0 ? nullptr : reinterpret_cast<const uint8_t*>(file.owned_.data());
+  return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     Unmap();
     path_ = std::move(other.path_);
-    data_ = std::exchange(other.data_, nullptr);
+    is_owned_ = std::exchange(other.is_owned_, false);
+    owned_ = std::move(other.owned_);
     size_ = std::exchange(other.size_, 0);
+    data_ = std::exchange(other.data_, nullptr);
+    // A moved std::string may move its bytes (small-string buffer): point at the new home.
+    if (is_owned_ && size_ != 0) data_ = reinterpret_cast<const uint8_t*>(owned_.data());
   }
   return *this;
 }
@@ -58,7 +68,9 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 MappedFile::~MappedFile() { Unmap(); }
 
 void MappedFile::Unmap() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr && !is_owned_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  owned_.clear();
+  is_owned_ = false;
   data_ = nullptr;
   size_ = 0;
 }

@@ -26,7 +26,7 @@ int ParseBytePiece(std::string_view piece) {
 }
 
 StatusOr<std::unique_ptr<SentencePieceBpe>> SentencePieceBpe::Create(SentencePieceVocab vocab,
-                                                                      const std::string& source) {
+                                                                     const std::string& source) {
   const size_t n = vocab.pieces.size();
   if (n == 0 || n > static_cast<size_t>(INT32_MAX)) {
     return InvalidArgument(source + ": vocabulary has " + std::to_string(n) + " tokens");
@@ -72,8 +72,8 @@ void SentencePieceBpe::BuildTables() {
     } else {
       decoded_[id] = piece;
     }
-    const bool matchable = vocab_.match_all_pieces || kind == TokenKind::kNormal ||
-                           kind == TokenKind::kUserDefined;
+    const bool matchable =
+        vocab_.match_all_pieces || kind == TokenKind::kNormal || kind == TokenKind::kUserDefined;
     // emplace keeps the first id of a duplicated piece.
     if (matchable && !piece.empty()) piece_to_id_.emplace(std::string_view(piece), id);
   }
@@ -120,7 +120,8 @@ std::vector<int32_t> SentencePieceBpe::Encode(std::string_view text, bool add_bo
   while (i < text.size()) {
     // A codepoint as run.c reads it: one byte and the continuation bytes after it, 4 bytes at most.
     size_t end = i + 1;
-    while (end < text.size() && end - i < 4 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    while (end < text.size() && end - i < 4 &&
+           (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
       ++end;
     }
     append_codepoint(text.substr(i, end - i));

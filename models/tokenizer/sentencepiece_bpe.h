@@ -4,8 +4,8 @@
 // " "; each UTF-8 codepoint (a byte and up to 3 following continuation bytes) looked up as a
 // piece, or else emitted as its byte-fallback tokens; then repeated merging of the adjacent pair
 // whose concatenation is a piece with the highest score (leftmost on ties, and only scores above
-// -1e10, as run.c's loop starts from best_score = -1e10). The merging is ApplyBpeMerges (O(n log n)).
-// Unlike run.c, a NUL byte in the text is encoded (as its byte) instead of ending the text.
+// -1e10, as run.c's loop starts from best_score = -1e10). The merging is ApplyBpeMerges (O(n log
+// n)). Unlike run.c, a NUL byte in the text is encoded (as its byte) instead of ending the text.
 //
 // Decoding: byte pieces "<0xHH>" give the raw byte, special pieces give nothing, and a piece that
 // follows BOS drops its leading space (run.c; SentencePiece drops the dummy prefix the same way).
@@ -76,7 +76,7 @@ class SentencePieceBpe final : public Tokenizer {
   int32_t Lookup(std::string_view text) const;
 
   SentencePieceVocab vocab_;
-  std::vector<std::string> decoded_;                          // per id, before the BOS rule
+  std::vector<std::string> decoded_;                           // per id, before the BOS rule
   std::unordered_map<std::string_view, int32_t> piece_to_id_;  // views into vocab_.pieces
   MergeTable merges_;
 };

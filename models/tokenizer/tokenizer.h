@@ -26,14 +26,15 @@ class Tokenizer {
   // The ids of `text` (any bytes; invalid UTF-8 is encoded, never rejected), with the BOS id first
   // when `add_bos` is true and the vocabulary has one. Special tokens written in the text (e.g.
   // "<s>", "<|endoftext|>") are encoded as plain text, never as the special id.
+  // REQUIRES: text.size() < 2^31 - 1.
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_bos) const = 0;
 
   // The bytes of `ids`: the concatenation of their pieces. Special (control/unknown) tokens
-  // contribute nothing. REQUIRES: 0 <= ids[i] < vocab_size() (ids out of range decode to nothing).
+  // contribute nothing, and so do ids outside [0, vocab_size()).
   virtual std::string Decode(const std::vector<int32_t>& ids) const;
 
   // The bytes token `id` contributes when it follows `prev_id` (-1 when it is the first).
-  // REQUIRES: 0 <= id < vocab_size() (an id out of range decodes to nothing).
+  // An id outside [0, vocab_size()) contributes nothing.
   virtual std::string DecodePiece(int32_t prev_id, int32_t id) const = 0;
 
   virtual int32_t vocab_size() const = 0;
