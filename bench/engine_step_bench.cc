@@ -2,6 +2,7 @@
 // executor, 256 running requests in decode. Prints microseconds per step (target: <= 50).
 //
 //   engine_step_bench [num_requests=256] [num_steps=1000] [prompt_len=128]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -74,18 +75,23 @@ int Run(int argc, char** argv) {
   // Only Step() is timed; the streams are drained between steps, as frontends would do on
   // their own threads.
   double seconds = 0.0;
+  std::vector<double> step_us;
   RequestOutput delta;
   for (int32_t s = 0; s < num_steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
     core.Step();
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds += dt;
+    step_us.push_back(dt * 1e6);
     for (auto& stream : streams) stream->TryNext(&delta);
   }
+  std::sort(step_us.begin(), step_us.end());
   std::printf(
       "engine_step_bench: %d running requests in decode, %d steps (context %d..%d tokens, block "
-      "size %d): %.2f us/step\n",
+      "size %d): %.2f us/step (median %.2f, p99 %.2f)\n",
       num_requests, num_steps, prompt_len + 1, prompt_len + num_steps, block_size,
-      seconds * 1e6 / num_steps);
+      seconds * 1e6 / num_steps, step_us[step_us.size() / 2], step_us[step_us.size() * 99 / 100]);
   core.Stop();
   return 0;
 }

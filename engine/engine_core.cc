@@ -1,0 +1,235 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+namespace tinyserve {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t RandomSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelExecutor& executor) {
+  SchedulerConfig s;
+  s.max_num_seqs = c.max_num_seqs;
+  s.max_num_batched_tokens = c.max_num_batched_tokens;
+  s.long_prefill_token_threshold = c.long_prefill_token_threshold;
+  s.policy = c.policy;
+  s.enable_prefix_caching = c.enable_prefix_caching;
+  s.num_kv_blocks = executor.num_kv_blocks();
+  s.block_size = executor.block_size();
+  s.max_model_len = c.max_model_len.value_or(executor.max_model_len());
+  return s;
+}
+
+}  // namespace
+
+EngineCore::EngineCore(const EngineConfig& config, ModelExecutor* executor, const Clock* clock,
+                       BlockHashFn hash_fn)
+    : vocab_size_(executor->vocab_size()),
+      eos_token_id_(config.eos_token_id),
+      seed_base_(config.seed ? *config.seed : RandomSeed()),
+      executor_(executor),
+      clock_(clock),
+      scheduler_(MakeSchedulerConfig(config, *executor), hash_fn),
+      sampler_(executor->vocab_size()) {}
+
+EngineCore::~EngineCore() { Stop(); }
+
+StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
+  if (in.request_id.empty()) return InvalidArgument("request id is empty");
+  if (in.prompt_token_ids.empty()) return InvalidArgument("prompt is empty");
+  const int32_t num_prompt = static_cast<int32_t>(in.prompt_token_ids.size());
+  if (num_prompt >= max_model_len()) {
+    return InvalidArgument("prompt has " + std::to_string(num_prompt) +
+                           " tokens; the maximum model length is " +
+                           std::to_string(max_model_len()) + " (prompt + at least 1 output)");
+  }
+  for (int32_t t : in.prompt_token_ids) {
+    if (t < 0 || t >= vocab_size_) {
+      return InvalidArgument("prompt token id " + std::to_string(t) + " is not in the vocabulary");
+    }
+  }
+  TS_RETURN_IF_ERROR(in.sampling.Validate(vocab_size_));
+
+  auto req = std::make_unique<Request>();
+  req->request_id = std::move(in.request_id);
+  req->sampling = std::move(in.sampling);
+  req->priority = in.priority;
+  req->arrival_ts = in.arrival_ts;
+  req->eos_token_id = in.eos_token_id ? in.eos_token_id : eos_token_id_;
+  req->token_ids = std::move(in.prompt_token_ids);
+  req->num_prompt_tokens = num_prompt;
+  // Reserve here, on the frontend's thread, so the engine thread never reallocates them.
+  const int32_t max_tokens = std::min(max_model_len(), num_prompt + req->sampling.max_tokens);
+  const int32_t block_size = scheduler_.config().block_size;
+  req->token_ids.reserve(static_cast<size_t>(max_tokens));
+  req->block_ids.reserve(static_cast<size_t>((max_tokens + block_size - 1) / block_size));
+  req->block_hashes.reserve(static_cast<size_t>(max_tokens / block_size));
+  auto stream = std::make_shared<RequestStream>(req->request_id);
+  req->stream = stream;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stopping_) return Unavailable("the engine is stopped");
+    req->seed = req->sampling.seed ? *req->sampling.seed : SplitMix64(seed_base_ + num_submitted_);
+    ++num_submitted_;
+    InboxItem item;
+    item.request = std::move(req);
+    inbox_.push_back(std::move(item));
+  }
+  inbox_cv_.notify_one();
+  return stream;
+}
+
+void EngineCore::Abort(const std::string& request_id, FinishReason reason) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stopping_) return;  // Stop() finishes everything anyway
+    InboxItem item;
+    item.abort_id = request_id;
+    item.abort_reason = reason;
+    inbox_.push_back(std::move(item));
+  }
+  inbox_cv_.notify_one();
+}
+
+bool EngineCore::HasPendingWork() const {
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  return !inbox_.empty() || has_live_requests_.load();
+}
+
+bool EngineCore::DrainInbox(double now) {
+  std::vector<InboxItem> items;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    items.swap(inbox_);
+    // Keeps HasPendingWork() true while the items move into the scheduler.
+    if (!items.empty()) has_live_requests_.store(true);
+  }
+  for (InboxItem& item : items) {
+    if (item.request == nullptr) {
+      scheduler_.FinishRequest(item.abort_id, item.abort_reason, now);
+    } else if (scheduler_.Find(item.request->request_id) != nullptr) {
+      RequestEvent finished{EventType::kFinished, now, 0, FinishReason::kError};
+      item.request->stream->Finish(finished, std::nullopt,
+                                   "request id " + item.request->request_id + " is already live");
+    } else {
+      scheduler_.AddRequest(std::move(item.request), now);
+    }
+  }
+  return !items.empty();
+}
+
+void EngineCore::DispatchEvents() {
+  for (const EventRecord& rec : scheduler_.events()) {
+    Request& req = *rec.request;
+    if (req.stream != nullptr) {
+      switch (rec.event.type) {
+        case EventType::kNewTokens:
+          req.stream->PushToken(req.token_ids.back(), rec.event.ts,
+                                req.sampling.logprobs ? &logprobs_[rec.sampled_row] : nullptr);
+          break;
+        case EventType::kFinished:
+          req.stream->Finish(rec.event, req.stop_token_id, req.error_message);
+          break;
+        default:
+          req.stream->PushEvent(rec.event);
+          break;
+      }
+    }
+    for (EngineObserver* observer : observers_) observer->OnRequestEvent(req, rec.event);
+  }
+  scheduler_.ClearEvents();
+}
+
+bool EngineCore::Step() {
+  scheduler_.ReleaseFinished();
+  const double drain_ts = clock_->Now();
+  bool did_work = DrainInbox(drain_ts);
+  DispatchEvents();
+
+  if (!scheduler_.has_unfinished_requests()) {
+    scheduler_.ResetStats(drain_ts);  // an inbox-only step: no batch, fresh counters
+  } else {
+    // schedule -> execute -> sample -> update
+    const SchedulerOutput& plan = scheduler_.Schedule(clock_->Now());
+    DispatchEvents();
+    const ScheduledBatch& batch = plan.batch;
+    if (batch.num_seqs() > 0) {
+      did_work = true;
+      StatusOr<ExecutorOutput> result = executor_->Execute(batch);
+      const int32_t num_sampled = batch.num_sampled();
+      if (result.ok() && (result->vocab_size != vocab_size_ ||
+                          result->logits.size() != static_cast<size_t>(num_sampled) *
+                                                       static_cast<size_t>(vocab_size_))) {
+        result = Internal("executor returned logits of the wrong shape");
+      }
+      if (!result.ok()) {
+        scheduler_.FailScheduled(result.status(), clock_->Now());
+      } else {
+        sampled_.clear();
+        if (logprobs_.size() < static_cast<size_t>(num_sampled)) logprobs_.resize(num_sampled);
+        int32_t row = 0;
+        for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+          if (!batch.sample[s]) continue;
+          sampled_.push_back(sampler_.Sample(*plan.requests[s], result->row(row), &logprobs_[row]));
+          ++row;
+        }
+        scheduler_.Update(sampled_, clock_->Now());
+      }
+      DispatchEvents();
+    }
+  }
+  has_live_requests_.store(scheduler_.has_unfinished_requests());
+  if (did_work && !observers_.empty()) {
+    const SchedulerStats& stats = scheduler_.stats();
+    for (EngineObserver* observer : observers_) observer->OnStep(stats);
+  }
+  return did_work;
+}
+
+void EngineCore::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(inbox_mu_);
+      inbox_cv_.wait(lock,
+                     [&] { return stopping_ || !inbox_.empty() || has_live_requests_.load(); });
+      if (stopping_) return;
+    }
+    Step();
+  }
+}
+
+void EngineCore::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void EngineCore::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (stopping_ && !thread_.joinable() && inbox_.empty() && !has_live_requests_.load()) return;
+    stopping_ = true;
+  }
+  inbox_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // The engine thread is gone: this thread owns the engine state now.
+  const double now = clock_->Now();
+  scheduler_.ReleaseFinished();
+  DrainInbox(now);
+  scheduler_.FinishAll(FinishReason::kAbort, now);
+  DispatchEvents();
+  scheduler_.ReleaseFinished();
+  has_live_requests_.store(false);
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,127 @@
+// EngineCore: the engine loop (DESIGN §2, §3). One engine thread owns the Scheduler (and its
+// block pool), the Sampler and the ModelExecutor; frontends only Submit(), Abort() and read their
+// RequestStreams.
+//
+// One step, like nano-vllm's loop:
+//   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once)
+//   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) -> sample the rows that want a token
+//   -> Scheduler::Update() (stop checks, finishes) -> events to streams and observers -> OnStep().
+// An executor error fails exactly the requests of that batch (reason error, blocks freed); the
+// engine keeps serving.
+//
+// Two ways to drive it: Start() runs the loop on its own thread until Stop(); or, with no thread,
+// the owner calls Step() itself (tests, exact and deterministic with a FakeClock). Stop() joins
+// the thread and finishes every pending request with reason abort.
+//
+// Thread safety: Submit(), Abort(), Stop() and HasPendingWork() are thread-safe. Everything else
+// belongs to the engine thread (or to the owner when no thread runs).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/clock.h"
+#include "engine/engine_observer.h"
+#include "engine/model_executor.h"
+#include "engine/request.h"
+#include "engine/request_stream.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/status.h"
+
+namespace tinyserve {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t long_prefill_token_threshold = 0;  // 0: off
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  bool enable_prefix_caching = true;
+  std::optional<int32_t> eos_token_id;   // the model's EOS, for requests that name none
+  std::optional<int32_t> max_model_len;  // default: the executor's
+  std::optional<uint64_t> seed;          // base for the seeds of unseeded requests; default: random
+};
+
+class EngineCore {
+ public:
+  // `executor` and `clock` must outlive the EngineCore. The KV cache geometry comes from the
+  // executor. `hash_fn` is the prefix-cache block hash (tests inject collisions).
+  EngineCore(const EngineConfig& config, ModelExecutor* executor, const Clock* clock,
+             BlockHashFn hash_fn = &DefaultBlockHash);
+  ~EngineCore();  // Stop()
+
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // REQUIRES: before Start() and the first Step(). `observer` must outlive the EngineCore.
+  void AddObserver(EngineObserver* observer) { observers_.push_back(observer); }
+
+  // Queues a request for the next step and returns its stream. Returns InvalidArgument if the
+  // request is malformed (empty id or prompt, prompt of max_model_len() tokens or more, a token id
+  // outside the vocabulary, bad sampling params), Unavailable after Stop(). A live duplicate id
+  // is finished with reason error on its stream. Thread-safe.
+  StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
+  // Finishes the request in the next step with `reason` (kAbort: the client went away; kStop: the
+  // frontend found a stop string), wherever it is; its blocks are freed at once. No-op for unknown
+  // or finished ids. Thread-safe.
+  void Abort(const std::string& request_id, FinishReason reason = FinishReason::kAbort);
+
+  // Runs one step. Returns true iff it did anything (inbox items or a batch).
+  // REQUIRES: no engine thread (Start() not called).
+  bool Step();
+  // Returns true iff requests are queued in the inbox or live in the scheduler. Thread-safe.
+  bool HasPendingWork() const;
+
+  // Starts the engine thread; it steps while there is work and sleeps otherwise.
+  void Start();
+  // Stops the engine thread (if any) and finishes every pending request with reason abort.
+  // Later Submit() calls fail. Idempotent.
+  void Stop();
+
+  int32_t max_model_len() const { return scheduler_.max_model_len(); }
+  int32_t vocab_size() const { return vocab_size_; }
+  // Engine thread (or owner without thread) only.
+  const Scheduler& scheduler() const { return scheduler_; }
+
+ private:
+  struct InboxItem {
+    std::unique_ptr<Request> request;  // a submit, or null for an abort
+    std::string abort_id;
+    FinishReason abort_reason = FinishReason::kAbort;
+  };
+
+  bool DrainInbox(double now);
+  void DispatchEvents();
+  void Loop();
+
+  const int32_t vocab_size_;
+  const std::optional<int32_t> eos_token_id_;
+  const uint64_t seed_base_;
+  ModelExecutor* const executor_;
+  const Clock* const clock_;
+  std::vector<EngineObserver*> observers_;
+
+  // Engine thread state.
+  Scheduler scheduler_;
+  Sampler sampler_;
+  std::vector<int32_t> sampled_;                // [num_sampled] tokens of the current step
+  std::vector<TokenLogprobs> logprobs_;         // [num_sampled] when asked
+  std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
+
+  // Shared with frontends.
+  mutable std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::vector<InboxItem> inbox_;  // guarded by inbox_mu_
+  bool stopping_ = false;         // guarded by inbox_mu_
+  uint64_t num_submitted_ = 0;    // guarded by inbox_mu_; seeds unseeded requests
+  std::thread thread_;
+};
+
+}  // namespace tinyserve

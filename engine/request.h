@@ -1,0 +1,80 @@
+// EngineRequest (what a frontend submits) and Request (the engine's state of one request).
+//
+// A Request is created by EngineCore when it drains its inbox, owned by the Scheduler until it
+// finishes, and touched only on the engine thread. Its tokens are `token_ids`: the prompt followed
+// by the outputs generated so far. `num_computed_tokens` of them have K/V in the cache, in the
+// blocks `block_ids` (block i holds positions [i * block_size, (i + 1) * block_size)).
+//
+// Lifecycle: WAITING -> RUNNING -> (PREEMPTED -> RUNNING)* -> FINISHED. A preempted request keeps
+// its outputs and is recomputed (prompt + outputs re-prefilled) when it runs again.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/events.h"
+#include "engine/sampling_params.h"
+
+namespace tinyserve {
+
+class RequestStream;
+
+struct EngineRequest {
+  std::string request_id;                 // unique among live requests
+  std::vector<int32_t> prompt_token_ids;  // [num_prompt_tokens], non-empty
+  SamplingParams sampling;
+  double arrival_ts = 0.0;  // the engine Clock's time when the frontend received the request
+  int32_t priority = 0;     // priority policy only: lower value = more important
+  std::optional<int32_t> eos_token_id;  // nullopt: the engine's default EOS
+};
+
+enum class RequestStatus : uint8_t { kWaiting, kRunning, kPreempted, kFinished };
+
+struct Request {
+  // Inputs.
+  std::string request_id;
+  SamplingParams sampling;
+  int32_t priority = 0;
+  double arrival_ts = 0.0;
+  int64_t arrival_seq = 0;  // order of acceptance by the engine; tie-breaker after arrival_ts
+  std::optional<int32_t> eos_token_id;
+  uint64_t seed = 0;  // the sampling seed (SamplingParams::seed or drawn at submit)
+  std::shared_ptr<RequestStream> stream;  // where outputs go; may be null in scheduler tests
+
+  // Tokens: [num_tokens()] = prompt then outputs.
+  std::vector<int32_t> token_ids;
+  int32_t num_prompt_tokens = 0;
+
+  // Progress (engine thread only).
+  RequestStatus status = RequestStatus::kWaiting;
+  int32_t num_computed_tokens = 0;     // tokens whose K/V is in `block_ids`
+  int32_t max_computed_tokens = 0;     // high-water mark of num_computed_tokens (recompute stats)
+  std::vector<int32_t> block_ids;      // KV blocks, in position order
+  std::vector<uint64_t> block_hashes;  // chained hashes of the first full blocks (lazily extended)
+  int32_t num_cached_blocks = 0;       // leading blocks known to the prefix cache
+  // Prefix-cache id of the content of block num_cached_blocks - 1: kRootCacheId (1) before the
+  // first block, kNoCacheId (0) once a hash collision ended the chain (see BlockPool).
+  uint64_t cache_chain_id = 1;
+
+  // Lifecycle stamps (engine Clock seconds).
+  double queued_ts = 0.0;
+  std::optional<double> first_scheduled_ts;  // frozen once set
+  std::optional<double> first_token_ts;      // frozen once set
+  double last_token_ts = 0.0;
+  double finished_ts = 0.0;
+  int32_t num_preemptions = 0;
+
+  // Result.
+  FinishReason finish_reason = FinishReason::kNone;
+  std::optional<int32_t> stop_token_id;  // the stop_token_ids entry that stopped it, if any
+  std::string error_message;             // kError only
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool is_finished() const { return status == RequestStatus::kFinished; }
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,101 @@
+#include "engine/request_stream.h"
+
+#include <chrono>
+#include <utility>
+
+namespace tinyserve {
+
+void RequestOutput::Clear() {
+  token_ids.clear();
+  token_ts.clear();
+  logprobs.clear();
+  events.clear();
+  finished = false;
+  finish_reason = FinishReason::kNone;
+  stop_token_id.reset();
+  error_message.clear();
+}
+
+void RequestOutput::Append(const RequestOutput& d) {
+  token_ids.insert(token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+  token_ts.insert(token_ts.end(), d.token_ts.begin(), d.token_ts.end());
+  logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  events.insert(events.end(), d.events.begin(), d.events.end());
+  if (d.finished) {
+    finished = true;
+    finish_reason = d.finish_reason;
+    stop_token_id = d.stop_token_id;
+    error_message = d.error_message;
+  }
+}
+
+bool RequestStream::TakeLocked(RequestOutput* out) {
+  out->Clear();
+  if (pending_.empty()) return false;
+  std::swap(*out, pending_);  // pending_ gets out's cleared buffers back
+  if (out->finished) finish_handed_out_ = true;
+  return true;
+}
+
+bool RequestStream::Next(RequestOutput* out, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+               [&] { return !pending_.empty() || finish_handed_out_; });
+  return TakeLocked(out);
+}
+
+bool RequestStream::TryNext(RequestOutput* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TakeLocked(out);
+}
+
+bool RequestStream::WaitForFinish(RequestOutput* out, double timeout_s) {
+  out->Clear();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  RequestOutput delta;
+  while (true) {
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (Next(&delta, left > 0 ? left : 0.0)) out->Append(delta);
+    if (out->finished) return true;
+    if (is_done() || std::chrono::steady_clock::now() >= deadline) return false;
+  }
+}
+
+bool RequestStream::is_done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finish_handed_out_;
+}
+
+void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.token_ids.push_back(token_id);
+    pending_.token_ts.push_back(ts);
+    if (logprobs != nullptr) pending_.logprobs.push_back(*logprobs);
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::PushEvent(const RequestEvent& event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.events.push_back(event);
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
+                           const std::string& error_message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.events.push_back(finished);
+    pending_.finished = true;
+    pending_.finish_reason = finished.finish_reason;
+    pending_.stop_token_id = stop_token_id;
+    pending_.error_message = error_message;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,75 @@
+// RequestStream: one request's outputs, from the engine thread to the frontend that submitted it.
+//
+// The engine appends tokens (each with its step's output time and, when asked, its logprobs) and
+// lifecycle events (QUEUED, SCHEDULED, PREEMPTED, FINISHED) as they happen; the consumer takes
+// everything pending in one RequestOutput delta, blocking (Next) or not (TryNext). A PREEMPTED
+// event is pushed when it happens, so it reaches the stream before the request's next token or
+// finish. Within a delta, tokens and events are each in order; merge them by timestamp if needed.
+// Nothing handed out is ever changed or re-sent.
+//
+// Thread-safe: one producer (the engine thread) and any number of consumer calls.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/events.h"
+#include "engine/sampler.h"
+
+namespace tinyserve {
+
+struct RequestOutput {
+  std::vector<int32_t> token_ids;       // [n] new tokens, in order
+  std::vector<double> token_ts;         // [n] the output time of the step that made each token
+  std::vector<TokenLogprobs> logprobs;  // [n] if the request asked for logprobs, else empty
+  std::vector<RequestEvent> events;     // lifecycle events (never NEW_TOKENS), in order
+  bool finished = false;                // the last delta of the request
+  FinishReason finish_reason = FinishReason::kNone;
+  std::optional<int32_t> stop_token_id;  // the stop_token_ids entry that finished it
+  std::string error_message;             // finish_reason == kError
+
+  bool empty() const { return token_ids.empty() && events.empty() && !finished; }
+  void Clear();
+  // Appends `delta` (a later output of the same request) to this one.
+  void Append(const RequestOutput& delta);
+};
+
+class RequestStream {
+ public:
+  explicit RequestStream(std::string request_id) : request_id_(std::move(request_id)) {}
+
+  const std::string& request_id() const { return request_id_; }
+
+  // Consumer side. Waits up to `timeout_s` seconds (wall time) for anything new, then moves all
+  // of it into *out (replacing its contents). Returns true iff *out is not empty; false on timeout
+  // or once the finish has already been handed out.
+  bool Next(RequestOutput* out, double timeout_s);
+  // Like Next() without waiting.
+  bool TryNext(RequestOutput* out);
+  // Collects every delta into *out until the finish, or until `timeout_s` passes. Returns true
+  // iff the finish arrived.
+  bool WaitForFinish(RequestOutput* out, double timeout_s);
+  // Returns true iff the finish has been handed out.
+  bool is_done() const;
+
+  // Producer side (engine thread).
+  void PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs);
+  void PushEvent(const RequestEvent& event);  // REQUIRES: event.type != kFinished, kNewTokens
+  void Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
+              const std::string& error_message);
+
+ private:
+  bool TakeLocked(RequestOutput* out);
+
+  const std::string request_id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  RequestOutput pending_;           // guarded by mu_
+  bool finish_handed_out_ = false;  // guarded by mu_
+};
+
+}  // namespace tinyserve

@@ -1,0 +1,199 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+namespace tinyserve {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int32_t Argmax(const float* x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+void MulHiLo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
+  const uint64_t p = static_cast<uint64_t>(a) * b;
+  *hi = static_cast<uint32_t>(p >> 32);
+  *lo = static_cast<uint32_t>(p);
+}
+
+}  // namespace
+
+std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k[0] += kW0;
+      k[1] += kW1;
+    }
+    uint32_t hi0, lo0, hi1, lo1;
+    MulHiLo(kM0, c[0], &hi0, &lo0);
+    MulHiLo(kM1, c[2], &hi1, &lo1);
+    c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
+  }
+  return c;
+}
+
+double SamplingUniform(uint64_t seed, uint64_t index) {
+  const std::array<uint32_t, 4> r =
+      Philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0u},
+                 {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const uint64_t bits = ((static_cast<uint64_t>(r[0]) << 32) | r[1]) >> 11;
+  return static_cast<double>(bits) * 0x1.0p-53;
+}
+
+Sampler::Sampler(int32_t vocab_size)
+    : vocab_size_(vocab_size), x_(vocab_size), counts_(vocab_size, 0), seen_(vocab_size, 0) {}
+
+void Sampler::ApplyPenalties(const Request& req) {
+  const SamplingParams& sp = req.sampling;
+  float* x = x_.data();
+  const int32_t* outputs = req.token_ids.data() + req.num_prompt_tokens;
+  const int32_t num_outputs = req.num_output_tokens();
+  if (sp.repetition_penalty != 1.0f) {
+    for (int32_t t : req.token_ids) {
+      if (seen_[t]) continue;
+      seen_[t] = 1;
+      touched_.push_back(t);
+      x[t] = x[t] > 0 ? x[t] / sp.repetition_penalty : x[t] * sp.repetition_penalty;
+    }
+    for (int32_t t : touched_) seen_[t] = 0;
+    touched_.clear();
+  }
+  if (sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
+    for (int32_t i = 0; i < num_outputs; ++i) {
+      if (counts_[outputs[i]]++ == 0) touched_.push_back(outputs[i]);
+    }
+    for (int32_t t : touched_) {
+      x[t] -= sp.frequency_penalty * static_cast<float>(counts_[t]) + sp.presence_penalty;
+      counts_[t] = 0;
+    }
+    touched_.clear();
+  }
+}
+
+void Sampler::FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out) {
+  const float max = logits[Argmax(logits, vocab_size_)];
+  double sum = 0.0;
+  for (int32_t i = 0; i < vocab_size_; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  const double lse = max + std::log(sum);
+  auto logprob = [&](int32_t i) { return static_cast<float>(logits[i] - lse); };
+  out->token_id = token;
+  out->logprob = logprob(token);
+  out->rank = 1;
+  for (int32_t i = 0; i < vocab_size_; ++i) out->rank += logits[i] > logits[token];
+  out->top.clear();
+  n = std::min(n, vocab_size_);
+  if (n == 0) return;
+  order_.resize(vocab_size_);
+  for (int32_t i = 0; i < vocab_size_; ++i) order_[i] = i;
+  std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int32_t i = 0; i < n; ++i) out->top.emplace_back(order_[i], logprob(order_[i]));
+}
+
+int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* logprobs) {
+  const SamplingParams& sp = req.sampling;
+  const int32_t v = vocab_size_;
+  const bool mask_stops = req.num_output_tokens() < sp.min_tokens;
+  const bool has_penalties =
+      sp.repetition_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f;
+  int32_t token;
+  if (sp.is_greedy() && !mask_stops && !has_penalties) {
+    token = Argmax(logits, v);  // the common fast path: no copy
+  } else {
+    float* x = x_.data();
+    std::copy(logits, logits + v, x);
+    if (mask_stops) {
+      if (!sp.ignore_eos && req.eos_token_id && *req.eos_token_id < v)
+        x[*req.eos_token_id] = kNegInf;
+      for (int32_t t : sp.stop_token_ids) x[t] = kNegInf;
+    }
+    ApplyPenalties(req);
+    if (sp.is_greedy()) {
+      token = Argmax(x, v);
+    } else {
+      for (int32_t i = 0; i < v; ++i) x[i] /= sp.temperature;
+      float max = x[Argmax(x, v)];
+      if (sp.min_p > 0.0f) {
+        // prob_i / max_prob = exp(x_i - max).
+        for (int32_t i = 0; i < v; ++i) {
+          if (std::exp(static_cast<double>(x[i]) - max) < sp.min_p) x[i] = kNegInf;
+        }
+      }
+      if (sp.top_k > 0 && sp.top_k < v) {
+        values_.assign(x, x + v);
+        std::nth_element(values_.begin(), values_.begin() + (sp.top_k - 1), values_.end(),
+                         std::greater<float>());
+        const float kth = values_[sp.top_k - 1];
+        for (int32_t i = 0; i < v; ++i) {
+          if (x[i] < kth) x[i] = kNegInf;
+        }
+      }
+      if (sp.top_p < 1.0f) {
+        // vLLM's rule: in ascending probability order, drop tokens while the cumulative
+        // probability stays <= 1 - top_p; the most likely token is always kept.
+        const double drop_mass = 1.0 - static_cast<double>(sp.top_p);
+        weights_.resize(v);
+        double total = 0.0;
+        for (int32_t i = 0; i < v; ++i) {
+          weights_[i] = std::exp(static_cast<double>(x[i]) - max);
+          total += weights_[i];
+        }
+        // Tokens with probability <= drop_mass / vocab come first in that order and weigh at
+        // most drop_mass together, so they are dropped whatever the order: sort only the rest.
+        const double small = drop_mass / v * total;
+        double cum = 0.0;
+        order_.clear();
+        for (int32_t i = 0; i < v; ++i) {
+          if (x[i] == kNegInf) continue;
+          if (weights_[i] <= small) {
+            cum += weights_[i];
+            x[i] = kNegInf;
+          } else {
+            order_.push_back(i);
+          }
+        }
+        // Ascending probability; among equals the larger id first, so the kept end is stable.
+        std::sort(order_.begin(), order_.end(),
+                  [&](int32_t a, int32_t b) { return x[a] < x[b] || (x[a] == x[b] && a > b); });
+        for (size_t j = 0; j + 1 < order_.size(); ++j) {
+          cum += weights_[order_[j]];
+          if (cum / total > drop_mass) break;
+          x[order_[j]] = kNegInf;
+        }
+      }
+      // Inverse CDF in token-id order.
+      double total = 0.0;
+      for (int32_t i = 0; i < v; ++i) total += std::exp(static_cast<double>(x[i]) - max);
+      const double target =
+          SamplingUniform(req.seed, static_cast<uint64_t>(req.num_output_tokens())) * total;
+      double cum = 0.0;
+      token = -1;
+      for (int32_t i = 0; i < v; ++i) {
+        if (x[i] == kNegInf) continue;
+        token = i;  // the last unmasked token, if rounding leaves cum <= target
+        cum += std::exp(static_cast<double>(x[i]) - max);
+        if (cum > target) break;
+      }
+      assert(token >= 0);
+    }
+  }
+  if (sp.logprobs) {
+    assert(logprobs != nullptr);
+    FillLogprobs(logits, token, *sp.logprobs, logprobs);
+  }
+  return token;
+}
+
+}  // namespace tinyserve

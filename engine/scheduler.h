@@ -1,0 +1,145 @@
+// Scheduler: continuous batching in vLLM V1's shape (DESIGN §3), plain host logic.
+//
+// Each Schedule() spends a token budget (max_num_batched_tokens) on, first, the running requests
+// in order (each gets min(remaining, budget) tokens, cut at long_prefill_token_threshold: chunked
+// prefill), then, only if this step preempted nothing, on waiting requests from the head of the
+// waiting queue while the budget, max_num_seqs and free blocks allow. A running request that
+// cannot get its blocks preempts a victim (FCFS: the most recently admitted running request;
+// priority: the largest (priority, arrival)) and retries; if the victim is itself, the running
+// pass stops. A waiting request that does not fit waits; nobody is preempted for it.
+//
+// Preemption is by recompute: all blocks freed, num_computed_tokens = 0, outputs kept, status
+// PREEMPTED, PREEMPTED event, back to the head of the waiting queue (priority policy: to its place
+// in (priority, arrival) order). On resume the prompt and outputs are prefilled again.
+//
+// Lifecycle events (QUEUED, SCHEDULED, PREEMPTED, NEW_TOKENS, FINISHED) are appended to events()
+// in the order they happen; finished requests stay alive in finished() until ReleaseFinished(), so
+// the Request pointers in events() stay valid until then. Engine thread only; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+#include "engine/scheduled_batch.h"
+#include "engine/scheduler_stats.h"
+#include "engine/status.h"
+
+namespace tinyserve {
+
+enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t long_prefill_token_threshold = 0;  // 0: no cut beyond the budget
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  bool enable_prefix_caching = true;
+  // The KV cache (normally the executor's num_kv_blocks() and block_size()).
+  int32_t num_kv_blocks = 0;
+  int32_t block_size = 16;
+  // Tokens (prompt + outputs) a request may reach. The scheduler uses
+  // min(max_model_len, num_kv_blocks * block_size), so that one request alone always fits.
+  int32_t max_model_len = 0;
+};
+
+// One step's plan; valid until the next Schedule().
+struct SchedulerOutput {
+  ScheduledBatch batch;
+  std::vector<Request*> requests;       // [num_seqs], in batch order
+  std::vector<int32_t> num_new_tokens;  // [num_seqs]
+  std::vector<Request*> preempted;      // preempted in this step
+};
+
+struct EventRecord {
+  Request* request = nullptr;
+  RequestEvent event;
+  int32_t sampled_row = 0;  // kNewTokens: the request's row in the executor's logits
+};
+
+class Scheduler {
+ public:
+  // REQUIRES: config.num_kv_blocks >= 1, block_size >= 1, max_model_len >= 2,
+  // max_num_seqs >= 1, max_num_batched_tokens >= 1.
+  explicit Scheduler(const SchedulerConfig& config, BlockHashFn hash_fn = &DefaultBlockHash);
+
+  const SchedulerConfig& config() const { return config_; }
+  int32_t max_model_len() const { return max_model_len_; }
+
+  // Accepts a request into the waiting queue and records QUEUED at `now`. REQUIRES: its id is not
+  // live (see Find), 1 <= num_prompt_tokens < max_model_len(), status kWaiting.
+  void AddRequest(std::unique_ptr<Request> req, double now);
+  // Returns the live (not finished) request with this id, or null.
+  Request* Find(const std::string& request_id) const;
+  // Finishes a live request now (abort, or a stop string found by the frontend): frees its blocks
+  // at once, records FINISHED. Returns false iff no live request has this id.
+  // REQUIRES: not between Schedule() and Update()/FailScheduled().
+  bool FinishRequest(const std::string& request_id, FinishReason reason, double now);
+  // Finishes every live request with `reason` (shutdown).
+  void FinishAll(FinishReason reason, double now);
+
+  // Plans one step at time `now` (the step's schedule time). Resets stats().
+  const SchedulerOutput& Schedule(double now);
+  // Applies the step's results: sampled[i] is the token of the i-th sampling sequence. Advances
+  // computed tokens, registers full blocks with the prefix cache, appends tokens, records
+  // NEW_TOKENS at `now` (the output time), checks stops and finishes requests.
+  void Update(const std::vector<int32_t>& sampled, double now);
+  // The executor failed: finishes every request of the last Schedule() with reason error.
+  void FailScheduled(const Status& status, double now);
+
+  const std::vector<EventRecord>& events() const { return events_; }
+  void ClearEvents() { events_.clear(); }
+  const std::vector<std::unique_ptr<Request>>& finished() const { return finished_; }
+  void ReleaseFinished() { finished_.clear(); }
+
+  // This step's stats with the gauges filled in from the current state.
+  const SchedulerStats& stats();
+  // Zeroes this step's counters for a step that schedules nothing (Schedule() does it otherwise).
+  void ResetStats(double now) {
+    stats_ = SchedulerStats{};
+    stats_.ts = now;
+  }
+  bool has_unfinished_requests() const { return !requests_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  const std::vector<Request*>& running() const { return running_; }
+  const std::deque<Request*>& waiting() const { return waiting_; }
+  const KVCacheManager& kv_cache() const { return kv_; }
+
+ private:
+  int32_t NumNewTokens(const Request& req, int32_t budget) const;
+  // Picks the victim by policy, removes it from running_ (and from this step's plan if it was
+  // planned earlier), and preempts it.
+  Request* PreemptVictim(double now, size_t* next_index, int32_t* budget);
+  void Preempt(Request* req, double now);
+  void InsertWaiting(Request* req, bool at_head);
+  void RemoveWaiting(Request* req);
+  void BuildBatch();
+  bool CheckStop(Request& req);
+  void Finish(Request* req, FinishReason reason, double now);
+  void Record(Request* req, EventType type, double ts);
+
+  const SchedulerConfig config_;
+  const int32_t max_model_len_;
+  KVCacheManager kv_;
+
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // live requests
+  std::vector<Request*> running_;                                       // admission order
+  std::deque<Request*> waiting_;                                        // head first
+  int32_t num_preempted_waiting_ = 0;
+  int64_t next_arrival_seq_ = 0;
+
+  SchedulerOutput out_;
+  std::vector<int32_t> hits_;  // scratch for prefix lookups
+  std::vector<EventRecord> events_;
+  std::vector<std::unique_ptr<Request>> finished_;
+  SchedulerStats stats_;
+};
+
+}  // namespace tinyserve

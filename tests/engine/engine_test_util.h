@@ -1,0 +1,79 @@
+// Helpers for EngineCore tests: a recording observer and request builders.
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "engine/engine_observer.h"
+#include "engine/events.h"
+
+namespace tinyserve {
+
+inline void PrintTo(const RequestEvent& e, std::ostream* os) {
+  *os << EventTypeName(e.type) << "@" << e.ts;
+  if (e.type == EventType::kNewTokens) *os << "(" << e.num_tokens << ")";
+  if (e.type == EventType::kFinished) *os << "(" << FinishReasonName(e.finish_reason) << ")";
+}
+
+namespace testing {
+
+inline RequestEvent Queued(double ts) { return {EventType::kQueued, ts, 0, FinishReason::kNone}; }
+inline RequestEvent Scheduled(double ts) {
+  return {EventType::kScheduled, ts, 0, FinishReason::kNone};
+}
+inline RequestEvent Preempted(double ts) {
+  return {EventType::kPreempted, ts, 0, FinishReason::kNone};
+}
+inline RequestEvent Tokens(double ts, int32_t n = 1) {
+  return {EventType::kNewTokens, ts, n, FinishReason::kNone};
+}
+inline RequestEvent Finished(double ts, FinishReason reason) {
+  return {EventType::kFinished, ts, 0, reason};
+}
+
+// Records every event per request id, and every step's stats.
+class RecordingObserver : public EngineObserver {
+ public:
+  void OnRequestEvent(const Request& request, const RequestEvent& event) override {
+    events[request.request_id].push_back(event);
+    if (event.type == EventType::kFinished) {
+      num_preemptions[request.request_id] = request.num_preemptions;
+    }
+  }
+  void OnStep(const SchedulerStats& stats) override { steps.push_back(stats); }
+
+  std::map<std::string, std::vector<RequestEvent>> events;
+  std::map<std::string, int32_t> num_preemptions;
+  std::vector<SchedulerStats> steps;
+};
+
+inline EngineRequest MakeEngineRequest(const std::string& id, std::vector<int32_t> prompt,
+                                       int32_t max_tokens) {
+  EngineRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+// prefix + decimal i ("r12"), without operator+ (g++ 12 -Wrestrict false positive, PR 105329).
+inline std::string Name(const std::string& prefix, int i) {
+  std::string s = prefix;
+  s += std::to_string(i);
+  return s;
+}
+
+// A prompt of `n` tokens in [1, vocab) that depends on `salt`.
+inline std::vector<int32_t> Prompt(int32_t n, int32_t salt, int32_t vocab = 32) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < n; ++i) p.push_back(1 + (salt * 13 + i * 7) % (vocab - 1));
+  return p;
+}
+
+}  // namespace testing
+}  // namespace tinyserve

@@ -1,0 +1,272 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tinyserve {
+namespace {
+
+Request MakeRequest(std::vector<int32_t> prompt, std::vector<int32_t> outputs = {}) {
+  Request r;
+  r.num_prompt_tokens = static_cast<int32_t>(prompt.size());
+  r.token_ids = std::move(prompt);
+  r.token_ids.insert(r.token_ids.end(), outputs.begin(), outputs.end());
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+std::vector<float> LogitsOfProbs(const std::vector<double>& probs) {
+  std::vector<float> logits;
+  for (double p : probs) logits.push_back(static_cast<float>(std::log(p)));
+  return logits;
+}
+
+// Tokens drawn over seeds 0..n-1 (output index 0).
+std::set<int32_t> Draws(Request r, const std::vector<float>& logits, int n) {
+  Sampler sampler(static_cast<int32_t>(logits.size()));
+  std::set<int32_t> seen;
+  for (int s = 0; s < n; ++s) {
+    r.seed = static_cast<uint64_t>(s);
+    seen.insert(sampler.Sample(r, logits.data(), nullptr));
+  }
+  return seen;
+}
+
+TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
+  EXPECT_EQ(Philox4x32({0, 0, 0, 0}, {0, 0}),
+            (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(
+      Philox4x32({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}),
+      (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(
+      Philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
+      (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(SamplingUniformTest, IsInUnitIntervalAndRoughlyUniform) {
+  double sum = 0.0;
+  for (uint64_t i = 0; i < 20000; ++i) {
+    const double u = SamplingUniform(7, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 20000, 0.5, 0.01);
+  EXPECT_EQ(SamplingUniform(7, 3), SamplingUniform(7, 3));
+  EXPECT_NE(SamplingUniform(7, 3), SamplingUniform(8, 3));
+  EXPECT_NE(SamplingUniform(7, 3), SamplingUniform(7, 4));
+}
+
+TEST(SamplerTest, GreedyTakesTheFirstMaximum) {
+  Sampler sampler(5);
+  const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 2.0f};
+  EXPECT_EQ(sampler.Sample(MakeRequest({0}), logits.data(), nullptr), 1);
+}
+
+TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  Sampler sampler(3);
+  const std::vector<float> logits = {3.0f, -1.0f, 2.5f};
+  Request r = MakeRequest({0, 1});
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 0);
+  r.sampling.repetition_penalty = 2.0f;  // 3 -> 1.5, -1 -> -2: token 2 wins
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 2);
+  const std::vector<float> negative = {-1.0f, -1.5f, -1.8f};
+  Request n = MakeRequest({0});
+  n.sampling.repetition_penalty = 2.0f;  // -1 -> -2: token 1 wins
+  EXPECT_EQ(sampler.Sample(n, negative.data(), nullptr), 1);
+}
+
+TEST(SamplerTest, FrequencyAndPresencePenaltiesCountOutputsOnly) {
+  Sampler sampler(3);
+  const std::vector<float> logits = {2.0f, 1.9f, 1.0f};
+  // Token 0 in the prompt only: no effect.
+  Request prompt_only = MakeRequest({0, 0, 0});
+  prompt_only.sampling.frequency_penalty = 1.0f;
+  EXPECT_EQ(sampler.Sample(prompt_only, logits.data(), nullptr), 0);
+  // Token 0 generated twice: frequency 0.3 * 2 = 0.6 -> 1.4 < 1.9.
+  Request freq = MakeRequest({2}, {0, 0});
+  freq.sampling.frequency_penalty = 0.3f;
+  EXPECT_EQ(sampler.Sample(freq, logits.data(), nullptr), 1);
+  // Once, frequency 0.05 -> 1.95 > 1.9; plus presence 0.1 -> 1.85 < 1.9.
+  Request once = MakeRequest({2}, {0});
+  once.sampling.frequency_penalty = 0.05f;
+  EXPECT_EQ(sampler.Sample(once, logits.data(), nullptr), 0);
+  once.sampling.presence_penalty = 0.1f;
+  EXPECT_EQ(sampler.Sample(once, logits.data(), nullptr), 1);
+}
+
+TEST(SamplerTest, MinTokensMasksEosAndStopTokens) {
+  Sampler sampler(4);
+  const std::vector<float> logits = {0.0f, 5.0f, 4.0f, 3.0f};
+  Request r = MakeRequest({0}, {3});
+  r.eos_token_id = 1;
+  r.sampling.stop_token_ids = {2};
+  r.sampling.min_tokens = 2;  // one output so far: mask EOS (1) and the stop id (2)
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 3);
+  r.token_ids.push_back(3);  // two outputs: no mask
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 1);
+  r.token_ids.pop_back();
+  r.sampling.ignore_eos = true;  // EOS is an ordinary token then; the stop id stays masked
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 1);
+}
+
+TEST(SamplerTest, TopKKeepsTheKMostLikely) {
+  Request r = MakeRequest({0});
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_k = 2;
+  EXPECT_EQ(Draws(r, LogitsOfProbs({0.1, 0.4, 0.2, 0.3}), 300), (std::set<int32_t>{1, 3}));
+  // Ties at the k-th value are all kept.
+  EXPECT_EQ(Draws(r, LogitsOfProbs({0.1, 0.4, 0.25, 0.25}), 300), (std::set<int32_t>{1, 2, 3}));
+  r.sampling.top_k = 0;  // off
+  EXPECT_EQ(Draws(r, LogitsOfProbs({0.1, 0.4, 0.2, 0.3}), 300), (std::set<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(SamplerTest, TopPKeepsTheSmallestSetReachingP) {
+  Request r = MakeRequest({0});
+  r.sampling.temperature = 1.0f;
+  const std::vector<float> logits = LogitsOfProbs({0.05, 0.5, 0.15, 0.3});
+  r.sampling.top_p = 0.75f;  // 0.5 + 0.3 >= 0.75
+  EXPECT_EQ(Draws(r, logits, 300), (std::set<int32_t>{1, 3}));
+  r.sampling.top_p = 0.85f;  // needs 0.15 too
+  EXPECT_EQ(Draws(r, logits, 300), (std::set<int32_t>{1, 2, 3}));
+  r.sampling.top_p = 0.01f;  // the most likely is always kept
+  EXPECT_EQ(Draws(r, logits, 300), (std::set<int32_t>{1}));
+}
+
+TEST(SamplerTest, TopPOnALargeVocabularyDrawsOnlyFromTheNucleus) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float top_p : {0.5f, 0.9f, 0.99f}) {
+    std::vector<float> logits(1000);
+    for (float& l : logits) l = normal(rng);
+    // Reference: sort everything descending and keep the smallest prefix reaching top_p.
+    std::vector<int32_t> ids(1000);
+    for (int32_t i = 0; i < 1000; ++i) ids[i] = i;
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    double total = 0.0;
+    for (float l : logits) total += std::exp(static_cast<double>(l));
+    std::set<int32_t> nucleus;
+    double mass = 0.0;
+    for (int32_t id : ids) {
+      nucleus.insert(id);
+      mass += std::exp(static_cast<double>(logits[id])) / total;
+      if (mass >= top_p) break;
+    }
+    Request r = MakeRequest({0});
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = top_p;
+    const std::set<int32_t> drawn = Draws(r, logits, 500);
+    for (int32_t t : drawn) EXPECT_TRUE(nucleus.count(t)) << "top_p " << top_p << " token " << t;
+    if (nucleus.size() > 1) {
+      EXPECT_GT(drawn.size(), 1u);
+    }
+  }
+}
+
+TEST(SamplerTest, MinPDropsTokensBelowAFractionOfTheMaximum) {
+  Request r = MakeRequest({0});
+  r.sampling.temperature = 1.0f;
+  r.sampling.min_p = 0.2f;  // threshold 0.2 * 0.5 = 0.1
+  EXPECT_EQ(Draws(r, LogitsOfProbs({0.05, 0.5, 0.15, 0.3}), 300), (std::set<int32_t>{1, 2, 3}));
+}
+
+TEST(SamplerTest, DrawFollowsTheDistribution) {
+  Request r = MakeRequest({0});
+  r.sampling.temperature = 1.0f;
+  const std::vector<float> logits = LogitsOfProbs({0.1, 0.6, 0.3});
+  Sampler sampler(3);
+  int counts[3] = {0, 0, 0};
+  for (int s = 0; s < 6000; ++s) {
+    r.seed = static_cast<uint64_t>(s);
+    ++counts[sampler.Sample(r, logits.data(), nullptr)];
+  }
+  EXPECT_NEAR(counts[0] / 6000.0, 0.1, 0.02);
+  EXPECT_NEAR(counts[1] / 6000.0, 0.6, 0.02);
+  EXPECT_NEAR(counts[2] / 6000.0, 0.3, 0.02);
+}
+
+TEST(SamplerTest, SeededDrawDependsOnlyOnSeedOutputIndexAndLogits) {
+  const std::vector<float> logits = LogitsOfProbs({0.2, 0.2, 0.2, 0.2, 0.2});
+  auto make = [](uint64_t seed, int32_t num_outputs) {
+    Request r = MakeRequest({0});
+    r.sampling.temperature = 0.8f;
+    r.seed = seed;
+    r.token_ids.insert(r.token_ids.end(), num_outputs, 4);
+    return r;
+  };
+  // Reference: each (seed, index) sampled alone by a fresh sampler.
+  std::vector<int32_t> alone;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    for (int32_t i = 0; i < 8; ++i) {
+      Sampler fresh(5);
+      alone.push_back(fresh.Sample(make(seed, i), logits.data(), nullptr));
+    }
+  }
+  // The same draws interleaved in another order through one shared sampler ("batched").
+  Sampler shared(5);
+  for (int32_t i = 7; i >= 0; --i) {
+    for (uint64_t seed = 4; seed-- > 0;) {
+      EXPECT_EQ(shared.Sample(make(seed, i), logits.data(), nullptr), alone[seed * 8 + i]);
+    }
+  }
+  std::set<int32_t> distinct(alone.begin(), alone.end());
+  EXPECT_GT(distinct.size(), 1u);
+}
+
+TEST(SamplerTest, LogprobsAreRawLogSoftmaxWithRankAndTopN) {
+  Sampler sampler(4);
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
+  Request r = MakeRequest({0}, {1});
+  r.sampling.logprobs = 2;
+  r.sampling.repetition_penalty = 10.0f;  // changes the choice, not the reported logprobs
+  TokenLogprobs lp;
+  const int32_t token = sampler.Sample(r, logits.data(), &lp);
+  EXPECT_EQ(token, 3);
+  const double lse = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  EXPECT_EQ(lp.token_id, 3);
+  EXPECT_NEAR(lp.logprob, 3.0 - lse, 1e-6);
+  EXPECT_EQ(lp.rank, 1);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_EQ(lp.top[0].first, 1);  // ties: lower id first
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_NEAR(lp.top[0].second, 3.0 - lse, 1e-6);
+
+  r.sampling.repetition_penalty = 1.0f;
+  r.sampling.logprobs = 0;
+  r.token_ids = {0, 2};
+  r.num_prompt_tokens = 1;
+  r.sampling.stop_token_ids = {1, 3};
+  r.sampling.min_tokens = 5;
+  sampler.Sample(r, logits.data(), &lp);
+  EXPECT_EQ(lp.token_id, 2);
+  EXPECT_EQ(lp.rank, 3);
+  EXPECT_NEAR(lp.logprob, 2.0 - lse, 1e-6);
+  EXPECT_TRUE(lp.top.empty());
+}
+
+TEST(SamplingParamsTest, ValidateRejectsOutOfRangeFields) {
+  SamplingParams p;
+  EXPECT_TRUE(p.Validate(10).ok());
+  p.top_p = 0.0f;
+  EXPECT_FALSE(p.Validate(10).ok());
+  p = SamplingParams{};
+  p.stop_token_ids = {10};
+  EXPECT_FALSE(p.Validate(10).ok());
+  p = SamplingParams{};
+  p.min_tokens = 20;
+  EXPECT_FALSE(p.Validate(10).ok());
+  p = SamplingParams{};
+  p.logprobs = 21;
+  EXPECT_FALSE(p.Validate(10).ok());
+  p = SamplingParams{};
+  p.temperature = -1.0f;
+  EXPECT_FALSE(p.Validate(10).ok());
+}
+
+}  // namespace
+}  // namespace tinyserve
