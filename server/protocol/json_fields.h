@@ -1,0 +1,54 @@
+// Strictly typed reads of request JSON fields, each failure a 400 that names the field.
+//
+// Every Get* reads `object[key]` (REQUIRES: object.is_object()). An absent or null field leaves
+// *out unchanged and returns nullopt (the caller's default stands); a present field of the wrong
+// type returns the 400 ApiError with `param` = `param` (the field's full path, e.g.
+// "stream_options.include_usage"). Types are JSON's, with no coercion: "0.5" is not a number and
+// true is not an integer; an integer field accepts an integral number written as a float (16.0),
+// as pydantic does for vLLM. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "server/protocol/api_error.h"
+
+// Returns from the enclosing function if `expr` (an std::optional<ApiError>) holds an error.
+#define TS_RETURN_IF_API_ERROR(expr)    \
+  do {                                  \
+    if (auto _ts_api_error = (expr)) {  \
+      return *std::move(_ts_api_error); \
+    }                                   \
+  } while (0)
+
+namespace tinyserve::protocol {
+
+// Parses a request body. 400 "Invalid JSON body: ..." for malformed JSON (including invalid
+// UTF-8 in strings), 400 "The request body must be a JSON object" for any other JSON value.
+ApiErrorOr<nlohmann::json> ParseJsonBody(std::string_view body);
+
+// "a boolean", "an integer", "a number", "a string", "an array", "an object" by JSON type name.
+std::string JsonTypePhrase(const nlohmann::json& value);
+
+std::optional<ApiError> GetBool(const nlohmann::json& object, std::string_view key,
+                                const std::string& param, bool* out);
+// Integers must fit in int32 (else 400 "... must be a 32-bit integer").
+std::optional<ApiError> GetInt32(const nlohmann::json& object, std::string_view key,
+                                 const std::string& param, std::optional<int32_t>* out);
+std::optional<ApiError> GetInt32(const nlohmann::json& object, std::string_view key,
+                                 const std::string& param, int32_t* out);
+// Numbers must be finite as a float (else 400 "... must be a finite number").
+std::optional<ApiError> GetFloat(const nlohmann::json& object, std::string_view key,
+                                 const std::string& param, float* out);
+std::optional<ApiError> GetString(const nlohmann::json& object, std::string_view key,
+                                  const std::string& param, std::optional<std::string>* out);
+
+// Returns true iff `value` is a JSON integer, or a float with an integral value, in int32 range;
+// then sets *out.
+bool AsInt32(const nlohmann::json& value, int32_t* out);
+
+}  // namespace tinyserve::protocol

@@ -1,0 +1,97 @@
+#include "server/protocol/logprobs_json.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include "server/protocol/utf8.h"
+
+namespace tinyserve::protocol {
+namespace {
+
+// The float as the double with the same shortest decimal form (-0.1f -> -0.1, not
+// -0.10000000149011612), clamped.
+double JsonLogprob(float logprob) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf) - 1, ClampLogprob(logprob));
+  if (ec != std::errc()) return ClampLogprob(logprob);
+  *end = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+nlohmann::ordered_json BytesJson(const std::string& piece) {
+  nlohmann::ordered_json bytes = nlohmann::ordered_json::array();
+  for (char c : piece) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
+}
+
+nlohmann::ordered_json ChatEntry(const Tokenizer& tokenizer, int32_t prev_id, int32_t id,
+                                 float logprob) {
+  const std::string piece = tokenizer.DecodePiece(prev_id, id);
+  nlohmann::ordered_json entry;
+  entry["token"] = ToValidUtf8(piece);
+  entry["logprob"] = JsonLogprob(logprob);
+  entry["bytes"] = BytesJson(piece);
+  return entry;
+}
+
+}  // namespace
+
+float ClampLogprob(float logprob) {
+  if (std::isnan(logprob) || logprob < kMinLogprob) return kMinLogprob;
+  return logprob;
+}
+
+std::string LogprobTokenText(const Tokenizer& tokenizer, int32_t prev_id, int32_t id) {
+  return ToValidUtf8(tokenizer.DecodePiece(prev_id, id));
+}
+
+nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                              const std::vector<TokenLogprobs>& tokens,
+                                              size_t text_offset, size_t* next_text_offset) {
+  nlohmann::ordered_json offsets = nlohmann::ordered_json::array();
+  nlohmann::ordered_json token_logprobs = nlohmann::ordered_json::array();
+  nlohmann::ordered_json token_texts = nlohmann::ordered_json::array();
+  nlohmann::ordered_json top_logprobs = nlohmann::ordered_json::array();
+  for (const TokenLogprobs& t : tokens) {
+    const std::string text = LogprobTokenText(tokenizer, prev_id, t.token_id);
+    offsets.push_back(text_offset);
+    token_logprobs.push_back(JsonLogprob(t.logprob));
+    token_texts.push_back(text);
+    nlohmann::ordered_json top = nlohmann::ordered_json::object();
+    top[text] = JsonLogprob(t.logprob);
+    for (const auto& [id, logprob] : t.top) {
+      const std::string alt = LogprobTokenText(tokenizer, prev_id, id);
+      if (!top.contains(alt)) top[alt] = JsonLogprob(logprob);
+    }
+    top_logprobs.push_back(std::move(top));
+    text_offset += Utf8Length(text);
+    prev_id = t.token_id;
+  }
+  if (next_text_offset != nullptr) *next_text_offset = text_offset;
+  nlohmann::ordered_json out;
+  out["text_offset"] = std::move(offsets);
+  out["token_logprobs"] = std::move(token_logprobs);
+  out["tokens"] = std::move(token_texts);
+  out["top_logprobs"] = std::move(top_logprobs);
+  return out;
+}
+
+nlohmann::ordered_json ChatLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                        const std::vector<TokenLogprobs>& tokens) {
+  nlohmann::ordered_json content = nlohmann::ordered_json::array();
+  for (const TokenLogprobs& t : tokens) {
+    nlohmann::ordered_json entry = ChatEntry(tokenizer, prev_id, t.token_id, t.logprob);
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& [id, logprob] : t.top)
+      top.push_back(ChatEntry(tokenizer, prev_id, id, logprob));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+    prev_id = t.token_id;
+  }
+  nlohmann::ordered_json out;
+  out["content"] = std::move(content);
+  return out;
+}
+
+}  // namespace tinyserve::protocol

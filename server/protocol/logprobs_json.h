@@ -1,0 +1,50 @@
+// The logprobs objects of vLLM's responses, built from the engine's TokenLogprobs.
+//
+// Token strings are the token's piece after its predecessor, DecodePiece(prev, id), made
+// well-formed (a lone byte-fallback byte reads "\uFFFD", as in vLLM). Logprobs are clamped to
+// >= -9999.0 (vLLM's floor; JSON has no -inf).
+//
+// Completions (vLLM CompletionLogProbs), for consecutive tokens of one choice:
+//   {"text_offset": [int], "token_logprobs": [float], "tokens": [str],
+//    "top_logprobs": [{token: logprob}]}
+//   text_offset[i] = code points of the choice text before token i (starting at `text_offset`);
+//   top_logprobs[i] = the sampled token, then the top-n alternatives, most likely first (a dict,
+//   so an alternative whose text repeats an earlier
+//   entry is left out).
+// Chat (OpenAI's ChatCompletionLogProbs):
+//   {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}
+//   bytes = the raw bytes of the token's piece (so a client can join split characters), as
+//   OpenAI sends them; top_logprobs = the top-n alternatives, most likely first.
+// Pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace tinyserve::protocol {
+
+inline constexpr float kMinLogprob = -9999.0f;
+
+// max(logprob, -9999.0); NaN -> -9999.0.
+float ClampLogprob(float logprob);
+
+// ToValidUtf8(tokenizer.DecodePiece(prev_id, id)).
+std::string LogprobTokenText(const Tokenizer& tokenizer, int32_t prev_id, int32_t id);
+
+// `tokens` follow token `prev_id` (-1 if none). Sets *next_text_offset (if non-null) to the
+// offset after the last token, for the next chunk of a stream.
+nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                              const std::vector<TokenLogprobs>& tokens,
+                                              size_t text_offset,
+                                              size_t* next_text_offset = nullptr);
+
+nlohmann::ordered_json ChatLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                        const std::vector<TokenLogprobs>& tokens);
+
+}  // namespace tinyserve::protocol

@@ -1,0 +1,167 @@
+#include "server/protocol/responses.h"
+
+#include <cassert>
+#include <random>
+
+namespace tinyserve::protocol {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json Header(const ResponseMeta& meta, const char* object) {
+  Json out;
+  out["id"] = meta.id;
+  out["object"] = object;
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  return out;
+}
+
+Json ChatChunk(const ResponseMeta& meta, Json choice, const std::optional<Usage>& usage) {
+  Json out = Header(meta, "chat.completion.chunk");
+  out["choices"] = Json::array({std::move(choice)});
+  if (usage) out["usage"] = UsageJson(*usage);
+  return out;
+}
+
+}  // namespace
+
+std::string NewRequestId(std::string_view prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(prefix);
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = rng();
+    for (int i = 0; i < 16; ++i) {
+      id.push_back(kHex[bits & 0xF]);
+      bits >>= 4;
+    }
+  }
+  return id;
+}
+
+int32_t ChoiceIndex(int32_t prompt_index, int32_t n, int32_t sample_index) {
+  assert(sample_index >= 0 && sample_index < n);
+  return prompt_index * n + sample_index;
+}
+
+Json UsageJson(const Usage& usage) {
+  Json out;
+  out["prompt_tokens"] = usage.prompt_tokens;
+  out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  out["completion_tokens"] = usage.completion_tokens;
+  return out;
+}
+
+Json FinishReasonJson(FinishReason reason) {
+  if (reason == FinishReason::kNone) return nullptr;
+  return FinishReasonName(reason);
+}
+
+Json StopReasonJson(const StopReason& reason) {
+  if (const auto* id = std::get_if<int32_t>(&reason)) return *id;
+  if (const auto* text = std::get_if<std::string>(&reason)) return *text;
+  return nullptr;
+}
+
+namespace {
+
+Json CompletionChoiceJson(const CompletionChoice& c) {
+  Json out;
+  out["index"] = c.index;
+  out["text"] = c.text;
+  out["logprobs"] = c.logprobs;
+  out["finish_reason"] = FinishReasonJson(c.finish_reason);
+  out["stop_reason"] = StopReasonJson(c.stop_reason);
+  return out;
+}
+
+}  // namespace
+
+Json CompletionResponseJson(const ResponseMeta& meta, const std::vector<CompletionChoice>& choices,
+                            const Usage& usage) {
+  Json out = Header(meta, "text_completion");
+  out["choices"] = Json::array();
+  for (const auto& c : choices) out["choices"].push_back(CompletionChoiceJson(c));
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+Json CompletionChunkJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                         const std::optional<Usage>& usage) {
+  Json out = Header(meta, "text_completion");
+  out["choices"] = Json::array({CompletionChoiceJson(choice)});
+  if (usage) out["usage"] = UsageJson(*usage);
+  return out;
+}
+
+Json CompletionUsageChunkJson(const ResponseMeta& meta, const Usage& usage) {
+  Json out = Header(meta, "text_completion");
+  out["choices"] = Json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+Json ChatResponseJson(const ResponseMeta& meta, const std::vector<ChatChoice>& choices,
+                      const Usage& usage) {
+  Json out = Header(meta, "chat.completion");
+  out["choices"] = Json::array();
+  for (const auto& c : choices) {
+    Json choice;
+    choice["index"] = c.index;
+    choice["message"] = Json{{"role", "assistant"}, {"content", c.content}};
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+    choice["stop_reason"] = StopReasonJson(c.stop_reason);
+    out["choices"].push_back(std::move(choice));
+  }
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+Json ChatRoleChunkJson(const ResponseMeta& meta, int32_t index) {
+  Json choice;
+  choice["index"] = index;
+  choice["delta"] = Json{{"role", "assistant"}, {"content", ""}};
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return ChatChunk(meta, std::move(choice), std::nullopt);
+}
+
+Json ChatContentChunkJson(const ResponseMeta& meta, int32_t index, const std::string& content,
+                          const Json& logprobs, const std::optional<Usage>& usage) {
+  Json choice;
+  choice["index"] = index;
+  choice["delta"] = Json{{"content", content}};
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = nullptr;
+  return ChatChunk(meta, std::move(choice), usage);
+}
+
+Json ChatFinishChunkJson(const ResponseMeta& meta, int32_t index, FinishReason finish_reason,
+                         const StopReason& stop_reason, const std::optional<Usage>& usage) {
+  Json choice;
+  choice["index"] = index;
+  choice["delta"] = Json::object();
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = FinishReasonJson(finish_reason);
+  choice["stop_reason"] = StopReasonJson(stop_reason);
+  return ChatChunk(meta, std::move(choice), usage);
+}
+
+Json ChatUsageChunkJson(const ResponseMeta& meta, const Usage& usage) {
+  Json out = Header(meta, "chat.completion.chunk");
+  out["choices"] = Json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+std::string DumpJson(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string SseData(const Json& chunk) { return "data: " + DumpJson(chunk) + "\n\n"; }
+
+std::string SseDone() { return "data: [DONE]\n\n"; }
+
+}  // namespace tinyserve::protocol

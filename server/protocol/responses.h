@@ -1,0 +1,113 @@
+// Response and stream-chunk JSON of /v1/completions and /v1/chat/completions (vLLM's shapes, keys
+// in vLLM's order), and SSE framing.
+//
+//   text_completion         {"id": "cmpl-…", "object": "text_completion", "created", "model",
+//                            "choices": [{"index", "text", "logprobs", "finish_reason",
+//                            "stop_reason"}], "usage": {"prompt_tokens", "total_tokens",
+//                            "completion_tokens"}}
+//   its stream chunk        the same object with one choice (finish_reason null until the last
+//                            chunk of that choice) and no usage, unless continuous usage is asked
+//   chat.completion         {"id": "chatcmpl-…", "object": "chat.completion", "created", "model",
+//                            "choices": [{"index", "message": {"role": "assistant", "content"},
+//                            "logprobs", "finish_reason", "stop_reason"}], "usage"}
+//   chat.completion.chunk   choices [{"index", "delta", "logprobs", "finish_reason"}]: first a
+//                            role chunk (delta {"role": "assistant", "content": ""}), then content
+//                            chunks (delta {"content": …}), then a finish chunk (delta {},
+//                            finish_reason, stop_reason)
+//   usage chunk             (include_usage) "choices": [] and "usage", after every choice finished
+// finish_reason: "stop" | "length" | "abort" | "error" (null while running); stop_reason: null,
+// the stop token id (int) that ended it, or the stop string (vLLM). For n > 1 and several
+// prompts, choice index = prompt_index * n + sample_index. A stream is a sequence of
+// SseData(chunk) and ends with SseDone(). Only the fields above are sent: vLLM's always-empty
+// extras (message.tool_calls, reasoning_content, system_fingerprint, prompt_logprobs) are left
+// out; OpenAI clients treat them as optional. Pure functions (NewRequestId draws random bits).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/events.h"
+
+namespace tinyserve::protocol {
+
+// Identifies one response and all of its stream chunks.
+struct ResponseMeta {
+  std::string id;       // "cmpl-<32 hex>" or "chatcmpl-<32 hex>"
+  int64_t created = 0;  // Unix seconds when the request arrived
+  std::string model;    // the served model name
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;      // all prompts' tokens, once each (not times n)
+  int32_t completion_tokens = 0;  // generated tokens of every choice
+
+  friend bool operator==(const Usage&, const Usage&) = default;
+};
+
+// Why a choice stopped beyond finish_reason: nothing (EOS, length), a stop token id, or a string.
+using StopReason = std::variant<std::monostate, int32_t, std::string>;
+
+struct CompletionChoice {
+  int32_t index = 0;
+  std::string text;
+  nlohmann::ordered_json logprobs = nullptr;  // CompletionLogprobsJson, or null
+  FinishReason finish_reason = FinishReason::kNone;
+  StopReason stop_reason;
+};
+
+struct ChatChoice {
+  int32_t index = 0;
+  std::string content;
+  nlohmann::ordered_json logprobs = nullptr;  // ChatLogprobsJson, or null
+  FinishReason finish_reason = FinishReason::kNone;
+  StopReason stop_reason;
+};
+
+// prefix + 32 random lowercase hex digits ("cmpl-", "chatcmpl-"). Thread-safe.
+std::string NewRequestId(std::string_view prefix);
+
+// index = prompt_index * n + sample_index (vLLM). REQUIRES: 0 <= sample_index < n.
+int32_t ChoiceIndex(int32_t prompt_index, int32_t n, int32_t sample_index);
+
+nlohmann::ordered_json UsageJson(const Usage& usage);
+// "stop", "length", ...; null for kNone.
+nlohmann::ordered_json FinishReasonJson(FinishReason reason);
+nlohmann::ordered_json StopReasonJson(const StopReason& reason);
+
+// Completions.
+nlohmann::ordered_json CompletionResponseJson(const ResponseMeta& meta,
+                                              const std::vector<CompletionChoice>& choices,
+                                              const Usage& usage);
+nlohmann::ordered_json CompletionChunkJson(const ResponseMeta& meta, const CompletionChoice& choice,
+                                           const std::optional<Usage>& usage = std::nullopt);
+nlohmann::ordered_json CompletionUsageChunkJson(const ResponseMeta& meta, const Usage& usage);
+
+// Chat.
+nlohmann::ordered_json ChatResponseJson(const ResponseMeta& meta,
+                                        const std::vector<ChatChoice>& choices, const Usage& usage);
+nlohmann::ordered_json ChatRoleChunkJson(const ResponseMeta& meta, int32_t index);
+nlohmann::ordered_json ChatContentChunkJson(const ResponseMeta& meta, int32_t index,
+                                            const std::string& content,
+                                            const nlohmann::ordered_json& logprobs = nullptr,
+                                            const std::optional<Usage>& usage = std::nullopt);
+nlohmann::ordered_json ChatFinishChunkJson(const ResponseMeta& meta, int32_t index,
+                                           FinishReason finish_reason,
+                                           const StopReason& stop_reason,
+                                           const std::optional<Usage>& usage = std::nullopt);
+nlohmann::ordered_json ChatUsageChunkJson(const ResponseMeta& meta, const Usage& usage);
+
+// SSE framing: "data: <compact json>\n\n" (invalid UTF-8 replaced by U+FFFD, never thrown) and
+// the stream's end "data: [DONE]\n\n". A keep-alive comment is kSsePing.
+std::string SseData(const nlohmann::ordered_json& chunk);
+std::string SseDone();
+inline constexpr std::string_view kSsePing = ": ping\n\n";
+
+// chunk.dump() that never throws: invalid UTF-8 becomes U+FFFD.
+std::string DumpJson(const nlohmann::ordered_json& value);
+
+}  // namespace tinyserve::protocol

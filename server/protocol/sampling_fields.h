@@ -1,0 +1,94 @@
+// SamplingFields: the request fields that /v1/completions and /v1/chat/completions share, with
+// vLLM's names, defaults and range checks, and their conversion to the engine's SamplingParams.
+//
+//   field                        default  check (400, param = the field)
+//   temperature                  1.0      >= 0
+//   top_p                        1.0      (0, 1]
+//   top_k                        0 (off)  -1 or 0 (off), or >= 1
+//   min_p                        0.0      [0, 1]
+//   presence_penalty             0.0      [-2, 2]
+//   frequency_penalty            0.0      [-2, 2]
+//   repetition_penalty           1.0      > 0
+//   n                            1        [1, kMaxN]  (vLLM has no upper bound; this caps memory)
+//   seed                         none     any 64-bit integer (negative ones wrap to uint64)
+//   stop                         []       a string or an array of strings, none empty
+//   stop_token_ids               []       ids in [0, vocab_size)
+//   include_stop_str_in_output   false
+//   ignore_eos                   false
+//   min_tokens                   0        >= 0 and <= max_tokens
+//   skip_special_tokens          true     (special tokens decode to nothing either way)
+//   priority                     0        any int32 (lower = more important)
+//   stream                       false
+//   stream_options               null     {include_usage, continuous_usage_stats}; only with stream
+//   user                         ignored
+// max_tokens and logprobs are spelled differently per endpoint; each parser fills them.
+// Plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "server/protocol/api_error.h"
+
+namespace tinyserve::protocol {
+
+inline constexpr int32_t kMaxN = 128;
+inline constexpr int32_t kMaxLogprobs = 20;
+
+struct StreamOptions {
+  bool include_usage = false;           // a last chunk with empty choices and the usage
+  bool continuous_usage_stats = false;  // usage on every chunk
+};
+
+struct SamplingFields {
+  std::optional<int32_t> max_tokens;  // nullopt: the rest of the context (max_model_len - prompt)
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int32_t n = 1;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  int32_t min_tokens = 0;
+  bool skip_special_tokens = true;
+  int32_t priority = 0;
+  bool stream = false;
+  std::optional<StreamOptions> stream_options;
+  std::optional<int32_t> logprobs;  // top-n logprobs per generated token for the engine; [0, 20]
+
+  bool include_usage() const { return stream_options && stream_options->include_usage; }
+};
+
+// Reads the shared fields of `body` (REQUIRES: a JSON object) into *out; absent or null fields
+// keep *out's values. Returns the first 400 found (type or range), naming the field.
+std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t vocab_size,
+                                            SamplingFields* out);
+
+// Reads a max_tokens-like field `key` (absent or null: *out unchanged); 400 "`key` must be at
+// least 1, got N." when < 1.
+std::optional<ApiError> ParseMaxTokensField(const nlohmann::json& body, const std::string& key,
+                                            std::optional<int32_t>* out);
+
+// The engine's SamplingParams for one prompt of `num_prompt_tokens` tokens, after the context
+// check against `max_model_len` (vLLM's messages):
+//   max_tokens set:  P + M > N -> 400 "This model's maximum context length is N tokens. However,
+//                    you requested P+M tokens (P in the messages, M in the completion). Please
+//                    reduce the length of the messages or completion.", param "max_tokens"
+//   max_tokens null: P >= N    -> 400 "This model's maximum context length is N tokens. However,
+//                    your request has P input tokens. Please reduce the length of the input
+//                    messages.", param "messages"; else max_tokens = N - P.
+// REQUIRES: num_prompt_tokens >= 1, max_model_len >= 1.
+ApiErrorOr<SamplingParams> ToSamplingParams(const SamplingFields& fields, int32_t num_prompt_tokens,
+                                            int32_t max_model_len);
+
+}  // namespace tinyserve::protocol
