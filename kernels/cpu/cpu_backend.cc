@@ -2,16 +2,17 @@
 //
 // Numerics follow llama2.c's run.c where it matters for token-exact parity: sequential float
 // accumulation in RMSNorm and attention, division by sqrtf(head_dim), powf/cosf/sinf RoPE.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/thread_pool.h"
 
 #ifdef TINYSERVE_HAVE_OPENBLAS
 #include <cblas.h>
@@ -32,14 +33,14 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
 // y[:, j0:j1] = x * w[j0:j1, :]^T on the calling thread. y has row stride n.
 void GemmSlice(const float* x, const float* w, int32_t m, int32_t n, int32_t k, int32_t j0,
                int32_t j1, float* y) {
-  const float* ws = w + static_cast<size_t>(j0) * k;
-#ifdef TINYSERVE_HAVE_OPENBLAS
   if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, j1 - j0, k, 1.0f, ws, k, x, 1, 0.0f, y + j0, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, j1 - j0, k, 1.0f, x, k, ws, k, 0.0f,
-                y + j0, n);
+    GemvRows(w, x, k, j0, j1, y);
+    return;
   }
+#ifdef TINYSERVE_HAVE_OPENBLAS
+  const float* ws = w + static_cast<size_t>(j0) * k;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, j1 - j0, k, 1.0f, x, k, ws, k, 0.0f,
+              y + j0, n);
 #else
   // Built-in: each weight row is read once and applied to all m rows.
   for (int32_t j = j0; j < j1; ++j) {
@@ -51,7 +52,6 @@ void GemmSlice(const float* x, const float* w, int32_t m, int32_t n, int32_t k, 
       y[static_cast<size_t>(i) * n + j] = acc;
     }
   }
-  (void)ws;
 #endif
 }
 
@@ -61,7 +61,7 @@ class CpuBackend final : public Backend {
     if (num_threads <= 0)
       num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     num_threads_ = num_threads;
-    omp_set_num_threads(num_threads_);
+    pool_ = std::make_unique<ThreadPool>(num_threads_);
 #ifdef TINYSERVE_HAVE_OPENBLAS
     openblas_set_num_threads(1);  // threads come from OpenMP, see Gemm
 #endif
@@ -105,22 +105,18 @@ class CpuBackend final : public Backend {
 
   void RmsNorm(const float* x, const float* weight, int32_t n, int32_t dim, float eps,
                float* out) override {
-#pragma omp parallel for if (static_cast <int64_t>(n) * dim > 65536)
-    for (int32_t t = 0; t < n; ++t) {
-      RmsNormRow(x + static_cast<size_t>(t) * dim, weight, dim, eps,
-                 out + static_cast<size_t>(t) * dim);
-    }
+    For(static_cast<int64_t>(n) * dim > 65536, n,
+        [&](int64_t t) { RmsNormRow(x + t * dim, weight, dim, eps, out + t * dim); });
   }
 
   void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n, int32_t dim,
                   float eps, float* out) override {
-#pragma omp parallel for if (static_cast <int64_t>(n) * dim > 65536)
-    for (int32_t t = 0; t < n; ++t) {
-      float* r = residual + static_cast<size_t>(t) * dim;
-      const float* d = delta + static_cast<size_t>(t) * dim;
+    For(static_cast<int64_t>(n) * dim > 65536, n, [&](int64_t t) {
+      float* r = residual + t * dim;
+      const float* d = delta + t * dim;
       for (int32_t j = 0; j < dim; ++j) r[j] += d[j];
-      RmsNormRow(r, weight, dim, eps, out + static_cast<size_t>(t) * dim);
-    }
+      RmsNormRow(r, weight, dim, eps, out + t * dim);
+    });
   }
 
   // One thread pool: OpenMP splits the output features into one slice per thread, and each
@@ -133,24 +129,25 @@ class CpuBackend final : public Backend {
       GemmSlice(x, w, m, n, k, 0, n, y);
       return;
     }
-#pragma omp parallel for num_threads(parts) schedule(static, 1)
-    for (int32_t p = 0; p < parts; ++p) {
-      // Slice boundaries on multiples of 16 features.
-      const int32_t per = (n + parts * 16 - 1) / (parts * 16) * 16;
-      const int32_t j0 = std::min(n, p * per), j1 = std::min(n, j0 + per);
+    // Slice boundaries on multiples of 16 features.
+    const int32_t per = (n + parts * 16 - 1) / (parts * 16) * 16;
+    pool_->ParallelFor(parts, [&](int64_t p) {
+      const int32_t j0 = std::min<int32_t>(n, static_cast<int32_t>(p) * per);
+      const int32_t j1 = std::min(n, j0 + per);
       if (j1 > j0) GemmSlice(x, w, m, n, k, j0, j1, y);
-    }
+    });
   }
 
   void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
             int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, float theta,
             RopeStyle style) override {
     const int32_t half = head_dim / 2;
-#pragma omp parallel if (static_cast <int64_t>(n) * (num_heads + num_kv_heads) * head_dim > 65536)
-    {
-      std::vector<float> cosv(half), sinv(half);
-#pragma omp for
-      for (int32_t t = 0; t < n; ++t) {
+    const bool parallel = static_cast<int64_t>(n) * (num_heads + num_kv_heads) * head_dim > 65536;
+    For(parallel, n, [&](int64_t t) {
+      thread_local std::vector<float> cosv, sinv;
+      cosv.resize(half);
+      sinv.resize(half);
+      {
         const int32_t pos = positions[t];
         for (int32_t i = 0; i < half; ++i) {
           // As run.c: freq = 1 / theta^(2i / head_dim), angle = pos * freq, all in float.
@@ -169,12 +166,12 @@ class CpuBackend final : public Backend {
             head[b] = v0 * sinv[i] + v1 * cosv[i];
           }
         };
-        float* qt = q + static_cast<size_t>(t) * q_stride;
+        float* qt = q + t * q_stride;
         for (int32_t h = 0; h < num_heads; ++h) rotate(qt + h * head_dim);
-        float* kt = k + static_cast<size_t>(t) * k_stride;
+        float* kt = k + t * k_stride;
         for (int32_t h = 0; h < num_kv_heads; ++h) rotate(kt + h * head_dim);
       }
-    }
+    });
   }
 
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
@@ -206,11 +203,9 @@ class CpuBackend final : public Backend {
     int64_t flops = 0;
     for (int32_t t = 0; t < meta.num_tokens; ++t) flops += meta.positions[t] + 1;
     flops *= 4LL * num_heads * head_dim;
-#pragma omp parallel if (flops > 200000)
-    {
-      std::vector<float> att;
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t wi = 0; wi < work; ++wi) {
+    For(flops > 200000, work, [&](int64_t wi) {
+      thread_local std::vector<float> att;
+      {
         const int32_t t = static_cast<int32_t>(wi / num_heads);
         const int32_t h = static_cast<int32_t>(wi % num_heads);
         const int32_t* table =
@@ -244,21 +239,20 @@ class CpuBackend final : public Backend {
           for (int32_t i = 0; i < head_dim; ++i) oh[i] += a * vp[i];
         }
       }
-    }
+    });
   }
 
   void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
-#pragma omp parallel for if (static_cast <int64_t>(n) * hidden > 65536)
-    for (int32_t t = 0; t < n; ++t) {
-      const float* g = gate_up + static_cast<size_t>(t) * 2 * hidden;
+    For(static_cast<int64_t>(n) * hidden > 65536, n, [&](int64_t t) {
+      const float* g = gate_up + t * 2 * hidden;
       const float* u = g + hidden;
-      float* o = out + static_cast<size_t>(t) * hidden;
+      float* o = out + t * hidden;
       for (int32_t i = 0; i < hidden; ++i) {
         float val = g[i];
         val *= 1.0f / (1.0f + std::exp(-val));
         o[i] = val * u[i];
       }
-    }
+    });
   }
 
   void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
@@ -270,7 +264,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Runs fn(i) for i in [0, n) on the pool when `parallel`, else inline: each parallel region
+  // costs a hand-over, so small ops stay on the calling thread.
+  void For(bool parallel, int64_t n, const std::function<void(int64_t)>& fn) {
+    if (parallel) {
+      pool_->ParallelFor(n, fn);
+    } else {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+    }
+  }
+
   int num_threads_ = 1;
+  std::unique_ptr<ThreadPool> pool_;
 };
 
 }  // namespace
