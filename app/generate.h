@@ -1,6 +1,9 @@
-// `tinyserve generate`: offline generation from the command line.
+// `tinyserve generate`: offline generation from the command line, through the engine (all prompts
+// submitted at once and scheduled, batched and preempted like served requests).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,11 +18,22 @@ struct GenerateFlags {
   std::string tokenizer;
   std::vector<std::string> prompts;
   int max_tokens = 256;
-  float temperature = 0.0f;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;
+  bool ignore_eos = false;
   int threads = 0;
-  int block_size = 16;
-  int num_kv_blocks = 0;
   std::string device = "auto";
+  // Engine limits, spelled as vLLM's flags.
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int num_kv_blocks = 0;  // 0: enough for every prompt at full length, within 4 GiB
+  int max_model_len = 0;  // 0: the model's context length
+  bool enable_prefix_caching = true;
+  std::string scheduling_policy = "fcfs";
 };
 
 // Registers the `generate` subcommand and its flags on `app`; the flags land in `flags`.

@@ -4,6 +4,7 @@
 
 #include "app/gen_model.h"
 #include "app/generate.h"
+#include "app/serve.h"
 
 #ifndef TINYSERVE_DEFAULT_SHARED_DIR
 #define TINYSERVE_DEFAULT_SHARED_DIR "../shared"
@@ -16,10 +17,13 @@ int main(int argc, char** argv) {
   CLI::App* generate_cmd = tinyserve::AddGenerateCommand(app, generate);
   tinyserve::GenModelFlags gen_model;
   CLI::App* gen_model_cmd = tinyserve::AddGenModelCommand(app, gen_model);
+  tinyserve::ServeFlags serve;
+  CLI::App* serve_cmd = tinyserve::AddServeCommand(app, serve);
   CLI11_PARSE(app, argc, argv);
   if (generate_cmd->parsed()) {
     return tinyserve::RunGenerate(generate, TINYSERVE_DEFAULT_SHARED_DIR);
   }
   if (gen_model_cmd->parsed()) return tinyserve::RunGenModel(gen_model);
+  if (serve_cmd->parsed()) return tinyserve::RunServe(serve, TINYSERVE_DEFAULT_SHARED_DIR);
   return 1;
 }

@@ -1,0 +1,208 @@
+#include "metrics/prometheus_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "metrics/metric_buckets.h"
+
+namespace tinyserve {
+namespace {
+
+using prometheus::Labels;
+using prometheus::Registry;
+
+Labels BaseLabels(const MetricsConfig& c) {
+  return {{"model_name", c.model_name}, {"engine", "0"}};
+}
+
+Labels With(Labels labels, const std::string& name, const std::string& value) {
+  labels.emplace(name, value);
+  return labels;
+}
+
+prometheus::Gauge& AddGauge(Registry& r, const MetricsConfig& c, const std::string& name,
+                            const std::string& help, const Labels& extra = {}) {
+  Labels labels = BaseLabels(c);
+  labels.insert(extra.begin(), extra.end());
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
+}
+
+prometheus::Counter& AddCounter(Registry& r, const MetricsConfig& c, const std::string& name,
+                                const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(BaseLabels(c));
+}
+
+prometheus::Histogram& AddHistogram(Registry& r, const MetricsConfig& c, const std::string& name,
+                                    const std::string& help, const std::vector<double>& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add(BaseLabels(c), buckets);
+}
+
+static_assert(static_cast<int>(FinishReason::kError) == kNumFinishReasons);
+
+const char* const kClock = " Engine monotonic clock.";
+
+std::string Help(const std::string& what) { return what + kClock; }
+
+}  // namespace
+
+PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
+    : config_(config),
+      registry_(std::make_shared<Registry>()),
+      token_latency_buckets_(TokenLatencyBuckets()),
+      num_requests_running(AddGauge(
+          *registry_, config_, "vllm:num_requests_running",
+          "Number of requests in the running batch (scheduled in the last engine step), after "
+          "that step.")),
+      num_requests_waiting(AddGauge(
+          *registry_, config_, "vllm:num_requests_waiting",
+          "Number of requests waiting to be scheduled (including preempted ones), after the last "
+          "engine step.")),
+      kv_cache_usage_perc(AddGauge(
+          *registry_, config_, "vllm:kv_cache_usage_perc",
+          "KV-cache usage as a fraction 0..1: 1 - free/total blocks after the last engine step; "
+          "cached blocks that no request references count as free.")),
+      cache_config_info(
+          AddGauge(*registry_, config_, "vllm:cache_config_info",
+                   "Information of the KV-cache configuration (value 1; the labels carry it).",
+                   {{"block_size", std::to_string(config_.block_size)},
+                    {"num_gpu_blocks", std::to_string(config_.num_gpu_blocks)},
+                    {"enable_prefix_caching", config_.enable_prefix_caching ? "True" : "False"},
+                    {"cache_dtype", config_.cache_dtype}})),
+      num_requests_preempted(AddGauge(
+          *registry_, config_, "tinyserve_num_requests_preempted",
+          "Number of waiting requests that were preempted and wait to be recomputed, after the "
+          "last engine step.")),
+      num_preemptions(AddCounter(
+          *registry_, config_, "vllm:num_preemptions_total",
+          "Cumulative number of preemptions, counted in the engine step that preempts (so "
+          "requests aborted while preempted are counted).")),
+      prompt_tokens(AddCounter(
+          *registry_, config_, "vllm:prompt_tokens_total",
+          "Number of prefill tokens processed: the prompt length of each request, counted when "
+          "its first token is produced (recomputation after preemption not included).")),
+      generation_tokens(AddCounter(*registry_, config_, "vllm:generation_tokens_total",
+                                   "Number of generation tokens processed (sampled).")),
+      prefix_cache_queries(AddCounter(
+          *registry_, config_, "vllm:prefix_cache_queries_total",
+          "Prefix cache queries, in tokens: the tokens of each newly admitted request looked up "
+          "in the prefix cache (re-admissions after preemption excluded).")),
+      prefix_cache_hits(AddCounter(
+          *registry_, config_, "vllm:prefix_cache_hits_total",
+          "Prefix cache hits, in tokens: of vllm:prefix_cache_queries_total, the tokens found "
+          "cached (recompute after preemption excluded).")),
+      recomputed_tokens(AddCounter(
+          *registry_, config_, "tinyserve_recomputed_tokens_total",
+          "Tokens computed again because their request was preempted (recompute), counted in "
+          "the step that computes them.")),
+      time_to_first_token(AddHistogram(
+          *registry_, config_, "vllm:time_to_first_token_seconds",
+          Help("Histogram of time to first token in seconds: from the request's arrival at the "
+               "frontend to the output time of the step that produced its first token; includes "
+               "any preemption before that token."),
+          TtftBuckets())),
+      inter_token_latency(AddHistogram(
+          *registry_, config_, "vllm:inter_token_latency_seconds",
+          Help("Histogram of inter-token latency in seconds: one sample per gap between two "
+               "consecutive token outputs of a request (a preemption shows as one large gap)."),
+          token_latency_buckets_)),
+      time_per_output_token(AddHistogram(
+          *registry_, config_, "vllm:request_time_per_output_token_seconds",
+          Help("Histogram of time per output token in seconds, per finished request: decode time "
+               "/ (generated tokens - 1); only requests with more than one token."),
+          token_latency_buckets_)),
+      e2e_latency(AddHistogram(
+          *registry_, config_, "vllm:e2e_request_latency_seconds",
+          Help("Histogram of end-to-end request latency in seconds: from arrival at the frontend "
+               "to the finish (any finished_reason)."),
+          RequestLatencyBuckets())),
+      queue_time(AddHistogram(
+          *registry_, config_, "vllm:request_queue_time_seconds",
+          Help("Histogram of time spent in WAITING phase for request in seconds: from QUEUED to "
+               "the first SCHEDULED; requests never scheduled give no sample."),
+          RequestLatencyBuckets())),
+      prefill_time(AddHistogram(
+          *registry_, config_, "vllm:request_prefill_time_seconds",
+          Help("Histogram of time spent in PREFILL phase for request in seconds: from the first "
+               "SCHEDULED to the first token, preemption stalls included; requests without a "
+               "token give no sample."),
+          RequestLatencyBuckets())),
+      decode_time(AddHistogram(
+          *registry_, config_, "vllm:request_decode_time_seconds",
+          Help("Histogram of time spent in DECODE phase for request in seconds: from the first "
+               "token to the last token, preemption stalls included; requests without a token "
+               "give no sample."),
+          RequestLatencyBuckets())),
+      inference_time(AddHistogram(
+          *registry_, config_, "vllm:request_inference_time_seconds",
+          Help("Histogram of time spent in RUNNING phase for request in seconds: prefill + "
+               "decode (first SCHEDULED to last token); requests without a token give no sample."),
+          RequestLatencyBuckets())),
+      request_prompt_tokens(AddHistogram(
+          *registry_, config_, "vllm:request_prompt_tokens",
+          "Number of prefill tokens processed: the prompt length of each finished request.",
+          OneTwoFiveBuckets(config_.max_model_len))),
+      request_generation_tokens(AddHistogram(
+          *registry_, config_, "vllm:request_generation_tokens",
+          "Number of generation tokens processed: the output length of each finished request.",
+          OneTwoFiveBuckets(config_.max_model_len))),
+      request_max_tokens(
+          AddHistogram(*registry_, config_, "vllm:request_params_max_tokens",
+                       "Histogram of the max_tokens request parameter, per finished request.",
+                       OneTwoFiveBuckets(config_.max_model_len))),
+      request_n(AddHistogram(*registry_, config_, "vllm:request_params_n",
+                             "Histogram of the n request parameter, per finished request.",
+                             ParamsNBuckets())),
+      iteration_tokens(AddHistogram(
+          *registry_, config_, "vllm:iteration_tokens_total",
+          "Histogram of the number of tokens computed per engine step (prefill chunks + decodes), "
+          "steps that computed tokens only.",
+          IterationTokensBuckets())),
+      request_num_preemptions(
+          AddHistogram(*registry_, config_, "vllm:request_num_preemptions",
+                       "Histogram of the number of preemptions of each finished request.",
+                       PreemptionCountBuckets())) {
+  auto& blocks = prometheus::BuildGauge()
+                     .Name("tinyserve_kv_cache_blocks")
+                     .Help(
+                         "KV-cache blocks by state after the last engine step: used (referenced "
+                         "by a request), cached (unreferenced, reusable prefix-cache content), "
+                         "free (unreferenced, no content); they sum to the pool size.")
+                     .Register(*registry_);
+  static constexpr const char* kStates[] = {"used", "cached", "free"};
+  for (size_t i = 0; i < kv_cache_blocks.size(); ++i) {
+    kv_cache_blocks[i] = &blocks.Add(With(BaseLabels(config_), "state", kStates[i]));
+  }
+  auto& success = prometheus::BuildCounter()
+                      .Name("vllm:request_success_total")
+                      .Help(
+                          "Count of finished requests by finished_reason (stop, length, "
+                          "abort: client gone or shutdown, error: the executor failed).")
+                      .Register(*registry_);
+  for (int i = 0; i < kNumFinishReasons; ++i) {
+    const auto reason = static_cast<FinishReason>(i + 1);
+    request_success[i] =
+        &success.Add(With(BaseLabels(config_), "finished_reason", FinishReasonName(reason)));
+  }
+  auto& by_reason = prometheus::BuildCounter()
+                        .Name("tinyserve_num_preemptions_by_reason_total")
+                        .Help(
+                            "Cumulative number of preemptions by reason, counted in the engine "
+                            "step that preempts.")
+                        .Register(*registry_);
+  for (int i = 0; i < kNumPreemptionReasons; ++i) {
+    preemptions_by_reason[i] = &by_reason.Add(With(
+        BaseLabels(config_), "reason", PreemptionReasonName(static_cast<PreemptionReason>(i))));
+  }
+  cache_config_info.Set(1.0);
+}
+
+PrometheusMetrics::~PrometheusMetrics() = default;
+
+std::string PrometheusMetrics::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace tinyserve

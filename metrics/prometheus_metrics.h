@@ -1,0 +1,107 @@
+// PrometheusMetrics: the metrics catalogue of DESIGN §5 in a prometheus-cpp Registry, and its
+// text rendering for GET /metrics.
+//
+// Every series is created at construction (all finished_reason, reason and state label values
+// included), so updating never allocates and a scrape after zero requests already lists every
+// name. Every series carries `model_name` (the served model name) and `engine` ("0"). Names,
+// types, labels and bucket boundaries are vLLM V1's (histograms with finer buckets added below
+// vLLM's); extras are `tinyserve_*`. All times are seconds of the engine's one monotonic Clock.
+//
+// Ownership: owns the Registry and every metric. Thread-safety: the metric objects are
+// prometheus-cpp's (thread-safe: atomics, histograms lock internally), so the engine thread may
+// update them while HTTP threads call Render(). The references stay valid for the object's life.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "engine/events.h"
+#include "engine/scheduler_stats.h"
+
+namespace tinyserve {
+
+// What the catalogue needs to know about the deployment.
+struct MetricsConfig {
+  std::string model_name = "tinyserve";  // the `model_name` label (served model name)
+  int32_t max_model_len = 2048;          // top of the 1-2-5 token-count buckets
+  // vllm:cache_config_info labels.
+  int32_t block_size = 16;
+  int32_t num_gpu_blocks = 0;  // KV cache blocks (on whichever device)
+  bool enable_prefix_caching = true;
+  std::string cache_dtype = "auto";
+};
+
+// The Content-Type of Render()'s text.
+inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+// Number of FinishReason values that are reasons (stop, length, abort, error).
+inline constexpr int kNumFinishReasons = 4;
+// Index of `reason` into PrometheusMetrics::request_success. REQUIRES: reason != kNone.
+inline int FinishReasonIndex(FinishReason reason) { return static_cast<int>(reason) - 1; }
+
+class PrometheusMetrics {
+ public:
+  explicit PrometheusMetrics(const MetricsConfig& config);
+  ~PrometheusMetrics();
+  PrometheusMetrics(const PrometheusMetrics&) = delete;
+  PrometheusMetrics& operator=(const PrometheusMetrics&) = delete;
+
+  // The Prometheus text exposition (format 0.0.4) of every metric. Thread-safe.
+  std::string Render() const;
+
+  const MetricsConfig& config() const { return config_; }
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  // Bucket boundaries, for callers that pre-sort samples and flush them with ObserveMultiple.
+  const std::vector<double>& token_latency_buckets() const { return token_latency_buckets_; }
+
+ private:
+  MetricsConfig config_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<double> token_latency_buckets_;
+
+ public:
+  // Gauges (set after each engine step).
+  prometheus::Gauge& num_requests_running;
+  prometheus::Gauge& num_requests_waiting;
+  prometheus::Gauge& kv_cache_usage_perc;
+  prometheus::Gauge& cache_config_info;
+  prometheus::Gauge& num_requests_preempted;            // tinyserve_
+  std::array<prometheus::Gauge*, 3> kv_cache_blocks{};  // tinyserve_; state used, cached, free
+
+  // Counters.
+  prometheus::Counter& num_preemptions;
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generation_tokens;
+  std::array<prometheus::Counter*, kNumFinishReasons> request_success{};  // FinishReasonIndex
+  prometheus::Counter& prefix_cache_queries;
+  prometheus::Counter& prefix_cache_hits;
+  prometheus::Counter& recomputed_tokens;                                           // tinyserve_
+  std::array<prometheus::Counter*, kNumPreemptionReasons> preemptions_by_reason{};  // tinyserve_
+
+  // Histograms.
+  prometheus::Histogram& time_to_first_token;
+  prometheus::Histogram& inter_token_latency;
+  prometheus::Histogram& time_per_output_token;
+  prometheus::Histogram& e2e_latency;
+  prometheus::Histogram& queue_time;
+  prometheus::Histogram& prefill_time;
+  prometheus::Histogram& decode_time;
+  prometheus::Histogram& inference_time;
+  prometheus::Histogram& request_prompt_tokens;
+  prometheus::Histogram& request_generation_tokens;
+  prometheus::Histogram& request_max_tokens;
+  prometheus::Histogram& request_n;
+  prometheus::Histogram& iteration_tokens;
+  prometheus::Histogram& request_num_preemptions;
+};
+
+}  // namespace tinyserve

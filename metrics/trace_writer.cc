@@ -1,0 +1,174 @@
+#include "metrics/trace_writer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+
+namespace tinyserve {
+namespace {
+
+constexpr int kRequestsPid = 1;
+constexpr int kEnginePid = 2;
+
+// Appends `s` as a JSON string literal.
+void AppendJsonString(std::string* out, const std::string& s) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out->append(buf);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendF(std::string* out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void AppendF(std::string* out, const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  const int n = std::vsnprintf(buf, sizeof(buf), fmt, args);
+  va_end(args);
+  if (n > 0) out->append(buf, static_cast<size_t>(std::min<int>(n, sizeof(buf) - 1)));
+}
+
+double Micros(double seconds) { return seconds * 1e6; }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
+    return Unavailable("cannot create trace file " + path + ": " + std::strerror(errno));
+  }
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(file, path));
+  return writer;
+}
+
+TraceWriter::TraceWriter(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {
+  std::setvbuf(file_, nullptr, _IOFBF, size_t{1} << 20);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fputs("[\n", file_);
+  std::string e;
+  AppendF(&e, R"({"name":"process_name","ph":"M","pid":%d,"args":{"name":"requests"}})",
+          kRequestsPid);
+  WriteEventLocked(e);
+  e.clear();
+  AppendF(&e, R"({"name":"process_name","ph":"M","pid":%d,"args":{"name":"engine"}})", kEnginePid);
+  WriteEventLocked(e);
+}
+
+TraceWriter::~TraceWriter() { (void)Close(); }
+
+void TraceWriter::WriteEventLocked(const std::string& json) {
+  if (!first_event_) std::fputs(",\n", file_);
+  first_event_ = false;
+  std::fwrite(json.data(), 1, json.size(), file_);
+}
+
+void TraceWriter::WriteSpanLocked(const char* name, int64_t tid, double begin, double end) {
+  scratch_.clear();
+  AppendF(&scratch_,
+          R"({"name":"%s","cat":"request","ph":"X","pid":%d,"tid":%lld,"ts":%.3f,"dur":%.3f})",
+          name, kRequestsPid, static_cast<long long>(tid), Micros(begin), Micros(end - begin));
+  WriteEventLocked(scratch_);
+}
+
+void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  Track* track = tracks_.Find(&request);
+  if (track == nullptr) {
+    track = &tracks_.FindOrInsert(&request);
+    track->tid = next_tid_++;
+    track->timeline.arrival_ts = request.arrival_ts;
+    scratch_.clear();
+    AppendF(&scratch_, R"({"name":"thread_name","ph":"M","pid":%d,"tid":%lld,"args":{"name":)",
+            kRequestsPid, static_cast<long long>(track->tid));
+    AppendJsonString(&scratch_, request.request_id);
+    scratch_.append("}}");
+    WriteEventLocked(scratch_);
+  }
+  RequestTimeline& t = track->timeline;
+  const RequestTimeline before = t;
+  t.Apply(event);
+  switch (event.type) {
+    case EventType::kScheduled:
+      if (!before.first_scheduled_ts && t.queued_ts) {
+        WriteSpanLocked("queued", track->tid, *t.queued_ts, event.ts);
+      }
+      if (before.preempted_ts)
+        WriteSpanLocked("preempted", track->tid, *before.preempted_ts, event.ts);
+      break;
+    case EventType::kNewTokens:
+      if (!before.first_token_ts && t.first_scheduled_ts) {
+        WriteSpanLocked("prefill", track->tid, *t.first_scheduled_ts, event.ts);
+      }
+      break;
+    case EventType::kFinished: {
+      if (t.preempted_ts) WriteSpanLocked("preempted", track->tid, *t.preempted_ts, event.ts);
+      if (t.first_token_ts) {
+        WriteSpanLocked("decode", track->tid, *t.first_token_ts, t.last_token_ts);
+      } else if (t.first_scheduled_ts) {
+        WriteSpanLocked("prefill (unfinished)", track->tid, *t.first_scheduled_ts, event.ts);
+      } else if (t.queued_ts) {
+        WriteSpanLocked("queued (unfinished)", track->tid, *t.queued_ts, event.ts);
+      }
+      scratch_.clear();
+      AppendF(&scratch_,
+              R"({"name":"finished","cat":"request","ph":"i","s":"t","pid":%d,"tid":%lld,)"
+              R"("ts":%.3f,"args":{"reason":"%s","preemptions":%d,"generated_tokens":%d}})",
+              kRequestsPid, static_cast<long long>(track->tid), Micros(event.ts),
+              FinishReasonName(event.finish_reason), t.num_preemptions, t.num_generation_tokens);
+      WriteEventLocked(scratch_);
+      tracks_.Erase(&request);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void TraceWriter::OnStep(const SchedulerStats& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  scratch_.clear();
+  AppendF(&scratch_,
+          R"({"name":"requests","ph":"C","pid":%d,"ts":%.3f,"args":{"running":%d,"waiting":%d}})",
+          kEnginePid, Micros(s.ts), s.num_running, s.num_waiting);
+  WriteEventLocked(scratch_);
+  scratch_.clear();
+  AppendF(&scratch_,
+          R"({"name":"kv_cache_usage","ph":"C","pid":%d,"ts":%.3f,"args":{"usage":%.6f}})",
+          kEnginePid, Micros(s.ts), s.kv_cache_usage);
+  WriteEventLocked(scratch_);
+}
+
+Status TraceWriter::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return Status::Ok();
+  std::fputs("\n]\n", file_);
+  const bool write_failed = std::ferror(file_) != 0;
+  const bool close_failed = std::fclose(file_) != 0;
+  file_ = nullptr;
+  if (write_failed || close_failed) return Unavailable("writing trace file " + path_ + " failed");
+  return Status::Ok();
+}
+
+}  // namespace tinyserve

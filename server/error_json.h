@@ -1,0 +1,41 @@
+// The HTTP error body of the server, in vLLM's (OpenAI's) shape:
+//   {"error": {"message": "...", "type": "BadRequestError", "param": null, "code": 400}}
+// and the one mapping from engine Status codes to HTTP statuses (the server alone maps them).
+// Plain functions; thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "engine/status.h"
+
+namespace httplib {
+struct Response;
+}
+
+namespace tinyserve {
+
+// "BadRequestError" (400), "AuthenticationError" (401), "NotFoundError" (404),
+// "MethodNotAllowedError" (405), "RequestEntityTooLargeError" (413),
+// "ServiceUnavailableError" (503), "InternalServerError" (500 and anything else).
+const char* ErrorTypeForHttpStatus(int http_status);
+
+// The HTTP status for a non-OK Status: InvalidArgument/OutOfRange 400, NotFound 404,
+// ResourceExhausted/Unavailable/Aborted 503, Internal (and anything else) 500.
+int HttpStatusFor(const Status& status);
+
+// The error JSON (keys in that order); `type` defaults to ErrorTypeForHttpStatus(http_status),
+// `param` (the offending request field) to null.
+nlohmann::ordered_json ErrorJson(int http_status, const std::string& message,
+                                 const std::optional<std::string>& param = std::nullopt,
+                                 const std::string& type = "");
+
+// Sets `res` to the error JSON with status `http_status` (Content-Type application/json).
+void SetErrorResponse(httplib::Response& res, int http_status, const std::string& message,
+                      const std::optional<std::string>& param = std::nullopt);
+// Same, for a non-OK Status (HttpStatusFor its code, its message).
+void SetErrorResponse(httplib::Response& res, const Status& status,
+                      const std::optional<std::string>& param = std::nullopt);
+
+}  // namespace tinyserve

@@ -1,0 +1,131 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "metrics/prometheus_metrics.h"
+#include "server/error_json.h"
+
+namespace tinyserve {
+
+HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
+    : options_(std::move(options)),
+      context_(std::move(context)),
+      server_(std::make_unique<httplib::Server>()) {
+  const int num_threads = options_.num_threads;
+  server_->new_task_queue = [num_threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(num_threads));
+  };
+  // Without TCP_NODELAY every small write (an SSE chunk) can stall ~40 ms (Nagle + delayed ACK).
+  server_->set_tcp_nodelay(true);
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server
+  // silently share (and load-balance) the port instead of failing to bind.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server_->set_keep_alive_max_count(options_.keep_alive_max_count);
+  server_->set_payload_max_length(options_.max_body_bytes);
+  httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req,
+                                                     httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message;
+    switch (res.status) {
+      case 404:
+        message = "Route " + req.method + " " + req.path + " not found";
+        break;
+      case 413:
+        message = "Request body is larger than the limit";
+        break;
+      default:
+        message = "HTTP error " + std::to_string(res.status);
+        break;
+    }
+    SetErrorResponse(res, res.status, message);
+    return httplib::Server::HandlerResponse::Handled;
+  };
+  server_->set_error_handler(std::move(on_error));
+  server_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string message = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          message = e.what();
+        } catch (...) {
+        }
+        SetErrorResponse(res, 500, message);
+      });
+  RegisterRoutes();
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+// Every route of the server, in one place.
+void HttpServer::RegisterRoutes() {
+  server_->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleHealth(req, res);
+  });
+  server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleMetrics(req, res);
+  });
+}
+
+Status HttpServer::Bind() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+    if (port_ < 0) return Unavailable("cannot bind " + options_.host + " to a free port");
+  } else {
+    if (!server_->bind_to_port(options_.host, options_.port)) {
+      return Unavailable("cannot bind " + options_.host + ":" + std::to_string(options_.port));
+    }
+    port_ = options_.port;
+  }
+  return Status::Ok();
+}
+
+Status HttpServer::Serve() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_requested_) return Status::Ok();
+    serving_ = true;
+  }
+  const bool ok = server_->listen_after_bind();
+  serve_done_.store(true);
+  return ok ? Status::Ok() : Unavailable("the HTTP listen loop failed");
+}
+
+void HttpServer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_requested_ = true;
+    if (!serving_) return;  // Serve() has not started; it will return at once
+  }
+  // httplib's stop() only acts on a running listen loop: wait for Serve() to get there.
+  while (!server_->is_running() && !serve_done_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  server_->stop();
+}
+
+void HttpServer::HandleHealth(const httplib::Request&, httplib::Response& res) const {
+  if (context_.is_healthy && !context_.is_healthy()) {
+    SetErrorResponse(res, 503, "the engine is not running");
+    return;
+  }
+  res.status = 200;
+}
+
+void HttpServer::HandleMetrics(const httplib::Request&, httplib::Response& res) const {
+  if (context_.metrics == nullptr) {
+    SetErrorResponse(res, 503, "metrics are not enabled");
+    return;
+  }
+  res.set_content(context_.metrics->Render(), kPrometheusContentType);
+}
+
+}  // namespace tinyserve
