@@ -5,14 +5,14 @@
 #include <chrono>
 #include <cstdio>
 
-#include "app/device_select.h"
 #include "engine/clock.h"
 #include "engine/engine_core.h"
 #include "models/model_loader.h"
-#include "models/model_runner.h"
 
 namespace tinyserve {
 namespace {
+
+void Log(const std::string& line) { std::fprintf(stderr, "tinyserve: %s\n", line.c_str()); }
 
 // Sums what the summary line reports, from the engine's per-step stats.
 class SummaryObserver final : public EngineObserver {
@@ -48,26 +48,7 @@ CLI::App* AddGenerateCommand(CLI::App& app, GenerateFlags& f) {
   cmd->add_option("--min-p", f.min_p, "drop tokens below min_p x the top probability");
   cmd->add_option("--seed", f.seed, "sampling seed (prompt i uses seed + i)");
   cmd->add_flag("--ignore-eos", f.ignore_eos, "do not stop at the model's end token");
-  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--device", f.device, "auto, cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--max-num-seqs", f.max_num_seqs, "max sequences per step")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "token budget per step")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--block-size", f.block_size, "KV cache block size in tokens")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--num-kv-blocks", f.num_kv_blocks,
-                  "KV cache blocks (0 = enough for every prompt at full length)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-model-len", f.max_model_len,
-                  "max tokens per request, prompt + output (0 = the model's context length)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
-                "reuse KV blocks of shared prompt prefixes (default on)");
-  cmd->add_option("--scheduling-policy", f.scheduling_policy, "fcfs or priority")
-      ->check(CLI::IsMember({"fcfs", "priority"}));
+  AddEngineFlags(cmd, f.engine);
   return cmd;
 }
 
@@ -85,40 +66,10 @@ int RunGenerate(const GenerateFlags& f, const std::string& default_shared_dir) {
   std::vector<std::string> prompts = f.prompts;
   if (prompts.empty()) prompts.push_back("");
 
-  ModelRunnerOptions opts;
-  opts.block_size = f.block_size;
-  opts.max_model_len = f.max_model_len;
-  const int32_t max_len = f.max_model_len > 0 ? f.max_model_len : config.max_seq_len;
-  opts.num_kv_blocks = f.num_kv_blocks;
-  if (opts.num_kv_blocks == 0) {
-    const int64_t per_seq = (max_len + f.block_size - 1) / f.block_size;
-    const int64_t budget =
-        (int64_t{4} << 30) / (ModelRunner::KvBytesPerToken(config) * f.block_size);
-    const int64_t seqs = std::min<int64_t>(static_cast<int64_t>(prompts.size()), f.max_num_seqs);
-    opts.num_kv_blocks =
-        static_cast<int32_t>(std::max<int64_t>(per_seq, std::min<int64_t>(per_seq * seqs, budget)));
-  }
-  if (static_cast<int64_t>(opts.num_kv_blocks) * opts.block_size < max_len) {
-    // As vLLM: one request of the max model length must fit in the cache.
-    return fail(InvalidArgument(
-        "the KV cache (" + std::to_string(opts.num_kv_blocks) + " blocks of " +
-        std::to_string(opts.block_size) + " tokens) holds fewer tokens than the max model length " +
-        std::to_string(max_len) + "; raise --num-kv-blocks or lower --max-model-len"));
-  }
-  StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads);
-  if (!backend.ok()) return fail(backend.status());
-  auto runner = ModelRunner::Create(model->weights, std::move(backend).value(), opts);
+  auto runner =
+      CreateModelRunner(f.engine, model->weights, static_cast<int64_t>(prompts.size()), &Log);
   if (!runner.ok()) return fail(runner.status());
-  std::fprintf(stderr, "tinyserve: backend %s, %d KV blocks of %d tokens\n",
-               (*runner)->backend().name().c_str(), opts.num_kv_blocks, opts.block_size);
-
-  EngineConfig engine_config;
-  engine_config.max_num_seqs = f.max_num_seqs;
-  engine_config.max_num_batched_tokens = f.max_num_batched_tokens;
-  engine_config.enable_prefix_caching = f.enable_prefix_caching;
-  engine_config.policy =
-      f.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  if (!config.stop_token_ids.empty()) engine_config.eos_token_id = config.stop_token_ids.front();
+  const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
   SteadyClock clock;
   EngineCore engine(engine_config, runner->get(), &clock);
   SummaryObserver summary;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "app/engine_flags.h"
+
 namespace CLI {
 class App;
 }
@@ -24,16 +26,7 @@ struct GenerateFlags {
   float min_p = 0.0f;
   std::optional<uint64_t> seed;
   bool ignore_eos = false;
-  int threads = 0;
-  std::string device = "auto";
-  // Engine limits, spelled as vLLM's flags.
-  int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
-  int block_size = 16;
-  int num_kv_blocks = 0;  // 0: enough for every prompt at full length, within 4 GiB
-  int max_model_len = 0;  // 0: the model's context length
-  bool enable_prefix_caching = true;
-  std::string scheduling_policy = "fcfs";
+  EngineFlags engine;
 };
 
 // Registers the `generate` subcommand and its flags on `app`; the flags land in `flags`.

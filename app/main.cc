@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "app/bench_throughput.h"
 #include "app/gen_model.h"
 #include "app/generate.h"
 #include "app/serve.h"
@@ -19,11 +20,17 @@ int main(int argc, char** argv) {
   CLI::App* gen_model_cmd = tinyserve::AddGenModelCommand(app, gen_model);
   tinyserve::ServeFlags serve;
   CLI::App* serve_cmd = tinyserve::AddServeCommand(app, serve);
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
+  bench_cmd->require_subcommand(1);
+  tinyserve::BenchThroughputFlags bench_throughput;
+  CLI::App* bench_throughput_cmd =
+      tinyserve::AddBenchThroughputCommand(*bench_cmd, bench_throughput);
   CLI11_PARSE(app, argc, argv);
   if (generate_cmd->parsed()) {
     return tinyserve::RunGenerate(generate, TINYSERVE_DEFAULT_SHARED_DIR);
   }
   if (gen_model_cmd->parsed()) return tinyserve::RunGenModel(gen_model);
   if (serve_cmd->parsed()) return tinyserve::RunServe(serve, TINYSERVE_DEFAULT_SHARED_DIR);
+  if (bench_throughput_cmd->parsed()) return tinyserve::RunBenchThroughput(bench_throughput);
   return 1;
 }

@@ -1,0 +1,81 @@
+#include "app/engine_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+#include "app/device_select.h"
+
+namespace tinyserve {
+
+void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", f.device, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--max-num-seqs", f.max_num_seqs, "max sequences per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "token budget per step")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", f.block_size, "KV cache block size in tokens")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--num-kv-blocks", f.num_kv_blocks,
+                  "KV cache blocks (0 = max-num-seqs sequences at full length, within 4 GiB)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-model-len", f.max_model_len,
+                  "max tokens (prompt + output) per request (0 = the model's context length)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
+                "reuse KV blocks of shared prompt prefixes (default on)");
+  cmd->add_option("--scheduling-policy", f.scheduling_policy, "fcfs or priority")
+      ->check(CLI::IsMember({"fcfs", "priority"}));
+}
+
+int32_t ChooseNumKvBlocks(const EngineFlags& f, const ModelConfig& config, int64_t max_concurrent) {
+  if (f.num_kv_blocks > 0) return f.num_kv_blocks;
+  const int32_t max_len = f.max_model_len > 0 ? f.max_model_len : config.max_seq_len;
+  const int64_t per_seq = (max_len + f.block_size - 1) / f.block_size;
+  const int64_t budget = (int64_t{4} << 30) / (ModelRunner::KvBytesPerToken(config) * f.block_size);
+  const int64_t seqs = std::max<int64_t>(1, std::min<int64_t>(max_concurrent, f.max_num_seqs));
+  return static_cast<int32_t>(
+      std::max<int64_t>(per_seq, std::min<int64_t>(per_seq * seqs, budget)));
+}
+
+StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
+    const EngineFlags& f, std::shared_ptr<const LlamaWeights> weights, int64_t max_concurrent,
+    void (*log)(const std::string&)) {
+  const ModelConfig& config = weights->config;
+  ModelRunnerOptions opts;
+  opts.block_size = f.block_size;
+  opts.max_model_len = f.max_model_len;
+  opts.num_kv_blocks = ChooseNumKvBlocks(f, config, max_concurrent);
+  const int32_t max_len = f.max_model_len > 0 ? f.max_model_len : config.max_seq_len;
+  if (static_cast<int64_t>(opts.num_kv_blocks) * opts.block_size < max_len) {
+    // As vLLM: one request of the max model length must fit in the cache.
+    return InvalidArgument(
+        "the KV cache (" + std::to_string(opts.num_kv_blocks) + " blocks of " +
+        std::to_string(opts.block_size) + " tokens) holds fewer tokens than the max model length " +
+        std::to_string(max_len) + "; raise --num-kv-blocks or lower --max-model-len");
+  }
+  StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads);
+  if (!backend.ok()) return backend.status();
+  auto runner = ModelRunner::Create(std::move(weights), std::move(backend).value(), opts);
+  if (!runner.ok()) return runner.status();
+  if (log != nullptr) {
+    log("backend " + (*runner)->backend().name() + ", " + std::to_string(opts.num_kv_blocks) +
+        " KV blocks of " + std::to_string(opts.block_size) + " tokens");
+  }
+  return runner;
+}
+
+EngineConfig MakeEngineConfig(const EngineFlags& f, const ModelConfig& config) {
+  EngineConfig c;
+  c.max_num_seqs = f.max_num_seqs;
+  c.max_num_batched_tokens = f.max_num_batched_tokens;
+  c.enable_prefix_caching = f.enable_prefix_caching;
+  c.policy =
+      f.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+  if (!config.stop_token_ids.empty()) c.eos_token_id = config.stop_token_ids.front();
+  return c;
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,50 @@
+// The engine and device flags shared by `generate`, `serve` and `bench throughput` (vLLM's
+// spellings), and building the model runner + engine configuration from them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/engine_core.h"
+#include "engine/status.h"
+#include "models/llama_weights.h"
+#include "models/model_runner.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tinyserve {
+
+struct EngineFlags {
+  int threads = 0;
+  std::string device = "auto";
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int num_kv_blocks = 0;  // 0: max_num_seqs sequences at full length, within 4 GiB of KV cache
+  int max_model_len = 0;  // 0: the model's context length
+  bool enable_prefix_caching = true;
+  std::string scheduling_policy = "fcfs";
+};
+
+// Adds --threads, --device, --max-num-seqs, --max-num-batched-tokens, --block-size,
+// --num-kv-blocks, --max-model-len, --[no-]enable-prefix-caching, --scheduling-policy.
+void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
+
+// The number of KV blocks to allocate: --num-kv-blocks, else enough for `max_concurrent`
+// sequences of the max model length (at least one), capped at 4 GiB of cache.
+int32_t ChooseNumKvBlocks(const EngineFlags& flags, const ModelConfig& config,
+                          int64_t max_concurrent);
+
+// Builds the model runner on the chosen device. Returns an error (vLLM's wording) if one request
+// of the max model length would not fit in the KV cache. `log` receives one line about the backend.
+StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
+    const EngineFlags& flags, std::shared_ptr<const LlamaWeights> weights, int64_t max_concurrent,
+    void (*log)(const std::string&));
+
+// The engine configuration the flags describe; EOS is the model's first stop token.
+EngineConfig MakeEngineConfig(const EngineFlags& flags, const ModelConfig& config);
+
+}  // namespace tinyserve
