@@ -124,7 +124,10 @@ class CpuBackend final : public Backend {
   // on two cores starve each other).
   void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
     const double flops = 2.0 * m * n * k;
-    const int32_t parts = flops < 2e5 ? 1 : std::min<int32_t>(num_threads_, (n + 15) / 16);
+    // Four slices per thread: a thread the OS deschedules holds back only a small slice while
+    // the others take the rest.
+    const int32_t parts =
+        flops < 2e5 || num_threads_ == 1 ? 1 : std::min<int32_t>(4 * num_threads_, (n + 15) / 16);
     if (parts <= 1) {
       GemmSlice(x, w, m, n, k, 0, n, y);
       return;
