@@ -1,7 +1,8 @@
 #include "app/serve.h"
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -9,7 +10,7 @@
 #include <memory>
 #include <thread>
 
-#include "app/device_select.h"
+#include "app/engine_flags.h"
 #include "engine/clock.h"
 #include "engine/engine_core.h"
 #include "metrics/metrics_observer.h"
@@ -25,15 +26,53 @@ namespace {
 
 void Log(const std::string& line) { std::fprintf(stderr, "tinyserve: %s\n", line.c_str()); }
 
-// Waits for SIGINT or SIGTERM (blocked in every thread, see RunServe), calling `tick` about once a
-// second meanwhile. Returns the signal.
+// SIGINT/SIGTERM handling. Both are blocked in every thread RunServe starts, and the main thread
+// takes them with sigtimedwait(). Threads that libraries started before (OpenBLAS's pool) do not
+// block them, so a handler that only counts is installed too: without it a signal delivered to
+// such a thread (e.g. a second Ctrl-C while draining) would kill the process.
+std::atomic<int> g_num_signals{0};
+std::atomic<int> g_last_signal{0};
+
+void CountSignal(int sig) {
+  g_last_signal.store(sig);
+  g_num_signals.fetch_add(1);
+}
+
+// Takes a pending SIGINT/SIGTERM, waiting up to `timeout_ns`. Returns the signals seen so far.
+int PollSignals(const sigset_t& signals, long timeout_ns) {
+  timespec timeout{0, timeout_ns};
+  const int sig = sigtimedwait(&signals, nullptr, &timeout);
+  if (sig == SIGINT || sig == SIGTERM) CountSignal(sig);
+  return g_num_signals.load();
+}
+
+// Waits for SIGINT or SIGTERM, calling `tick` about once a second meanwhile. Returns the signal.
 template <typename Tick>
 int WaitForShutdownSignal(const sigset_t& signals, Tick&& tick) {
+  for (int i = 1;; ++i) {
+    if (PollSignals(signals, 100'000'000) > 0) return g_last_signal.load();
+    if (i % 10 == 0) tick();
+  }
+}
+
+// Waits up to `timeout_s` for the server to have had no request in flight for `settle_s` (so that
+// requests already accepted but not yet handled get their answer, a 503 while draining). Returns
+// true iff it got there; false also when another signal arrives (the operator insists).
+bool WaitUntilIdle(const HttpServer& server, const sigset_t& signals, double timeout_s,
+                   double settle_s = 0.1) {
+  using SteadyTime = std::chrono::steady_clock;
+  const int num_signals = g_num_signals.load();
+  const auto deadline = SteadyTime::now() + std::chrono::duration<double>(timeout_s);
+  auto idle_since = SteadyTime::now();
   while (true) {
-    timespec timeout{1, 0};
-    const int sig = sigtimedwait(&signals, nullptr, &timeout);
-    if (sig == SIGINT || sig == SIGTERM) return sig;
-    tick();
+    const auto now = SteadyTime::now();
+    if (server.num_in_flight() > 0) {
+      idle_since = now;
+    } else if (now - idle_since >= std::chrono::duration<double>(settle_s)) {
+      return true;
+    }
+    if (now >= deadline) return server.num_in_flight() == 0;
+    if (PollSignals(signals, 5'000'000) > num_signals) return false;
   }
 }
 
@@ -41,9 +80,10 @@ int WaitForShutdownSignal(const sigset_t& signals, Tick&& tick) {
 
 CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI API, /metrics)");
-  cmd->add_option("--model", f.model,
+  cmd->add_option("model", f.model,
                   "llama2.c checkpoint (.bin); default $TINYSERVE_MODEL or "
                   "../shared/models/stories260K.bin");
+  cmd->add_option("--model", f.model, "the model, as the positional argument");
   cmd->add_option("--tokenizer", f.tokenizer, "tokenizer.bin; default: found beside the model");
   cmd->add_option("--host", f.host, "address to listen on");
   cmd->add_option("--port", f.port, "port to listen on (0: any free port)")
@@ -53,26 +93,19 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "file's name)");
   cmd->add_option("--trace-file", f.trace_file,
                   "write every request's timeline as Chrome trace-event JSON (Perfetto)");
-  cmd->add_option("--threads", f.threads, "CPU threads (0 = all cores)")
+  AddEngineFlags(cmd, f.engine);
+  cmd->add_option("--api-key", f.api_key,
+                  "require `Authorization: Bearer KEY` on /v1/* (also $TINYSERVE_API_KEY)")
+      ->envname("TINYSERVE_API_KEY");
+  cmd->add_option("--max-queue-len", f.max_queue_len,
+                  "answer 503 when this many requests wait to be scheduled (0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--device", f.device, "auto, cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_option("--max-num-seqs", f.max_num_seqs, "max sequences per step")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "token budget per step")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--block-size", f.block_size, "KV cache block size in tokens")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--num-kv-blocks", f.num_kv_blocks,
-                  "KV cache blocks (0 = max-num-seqs sequences at full length, within 4 GiB)")
+  cmd->add_option("--chat-template", f.chat_template, "plain, chatml, zephyr or llama-2")
+      ->check(CLI::IsMember({"plain", "chatml", "zephyr", "llama-2"}));
+  cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s,
+                  "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
+                  "aborted")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-model-len", f.max_model_len,
-                  "max tokens (prompt + output) per request (0 = the model's context length)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
-                "reuse KV blocks of shared prompt prefixes (default on)");
-  cmd->add_option("--scheduling-policy", f.scheduling_policy, "fcfs or priority")
-      ->check(CLI::IsMember({"fcfs", "priority"}));
   return cmd;
 }
 
@@ -87,6 +120,11 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  struct sigaction action {};
+  action.sa_handler = &CountSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 
   StatusOr<LoadedModel> model = ResolveAndLoadModel({f.model, f.tokenizer}, default_shared_dir);
   if (!model.ok()) return fail(model.status());
@@ -97,47 +135,18 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
       f.served_model_name.empty() ? std::filesystem::path(model->model_path).stem().string()
                                   : f.served_model_name;
 
-  ModelRunnerOptions opts;
-  opts.block_size = f.block_size;
-  opts.max_model_len = f.max_model_len;
-  const int32_t max_len = f.max_model_len > 0 ? f.max_model_len : config.max_seq_len;
-  opts.num_kv_blocks = f.num_kv_blocks;
-  if (opts.num_kv_blocks == 0) {
-    const int64_t per_seq = (max_len + f.block_size - 1) / f.block_size;
-    const int64_t budget =
-        (int64_t{4} << 30) / (ModelRunner::KvBytesPerToken(config) * f.block_size);
-    opts.num_kv_blocks = static_cast<int32_t>(
-        std::max<int64_t>(per_seq, std::min<int64_t>(per_seq * f.max_num_seqs, budget)));
-  }
-  if (static_cast<int64_t>(opts.num_kv_blocks) * opts.block_size < max_len) {
-    return fail(InvalidArgument(
-        "the KV cache (" + std::to_string(opts.num_kv_blocks) + " blocks of " +
-        std::to_string(opts.block_size) + " tokens) holds fewer tokens than the max model length " +
-        std::to_string(max_len) + "; raise --num-kv-blocks or lower --max-model-len"));
-  }
-  StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads);
-  if (!backend.ok()) return fail(backend.status());
-  auto runner = ModelRunner::Create(model->weights, std::move(backend).value(), opts);
+  auto runner = CreateModelRunner(f.engine, model->weights, f.engine.max_num_seqs, &Log);
   if (!runner.ok()) return fail(runner.status());
-  Log("backend " + (*runner)->backend().name() + ", " + std::to_string(opts.num_kv_blocks) +
-      " KV blocks of " + std::to_string(opts.block_size) + " tokens");
-
-  EngineConfig engine_config;
-  engine_config.max_num_seqs = f.max_num_seqs;
-  engine_config.max_num_batched_tokens = f.max_num_batched_tokens;
-  engine_config.enable_prefix_caching = f.enable_prefix_caching;
-  engine_config.policy =
-      f.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  if (!config.stop_token_ids.empty()) engine_config.eos_token_id = config.stop_token_ids.front();
+  const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
   SteadyClock clock;
   EngineCore engine(engine_config, runner->get(), &clock);
 
   MetricsConfig metrics_config;
   metrics_config.model_name = served_model_name;
   metrics_config.max_model_len = engine.max_model_len();
-  metrics_config.block_size = opts.block_size;
-  metrics_config.num_gpu_blocks = opts.num_kv_blocks;
-  metrics_config.enable_prefix_caching = f.enable_prefix_caching;
+  metrics_config.block_size = (*runner)->block_size();
+  metrics_config.num_gpu_blocks = (*runner)->num_kv_blocks();
+  metrics_config.enable_prefix_caching = f.engine.enable_prefix_caching;
   PrometheusMetrics metrics(metrics_config);
   MetricsObserver metrics_observer(&metrics);
   StatsLogger stats_logger(&clock, &Log);
@@ -159,6 +168,13 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.served_model_name = served_model_name;
   context.engine = &engine;
   context.metrics = &metrics;
+  context.tokenizer = model->tokenizer.get();
+  context.clock = &clock;
+  context.model_root = model->model_path;
+  context.max_model_len = engine.max_model_len();
+  context.chat_template = f.chat_template;
+  context.api_key = f.api_key;
+  context.max_queue_len = f.max_queue_len;
   HttpServer server(server_options, context);
   if (Status s = server.Bind(); !s.ok()) return fail(s);
 
@@ -166,10 +182,20 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   Status serve_status;
   std::thread http_thread([&] { serve_status = server.Serve(); });
   Log("serving " + served_model_name + " on http://" + f.host + ":" +
-      std::to_string(server.port()) + " (GET /health, GET /metrics)");
+      std::to_string(server.port()) + " (OpenAI API at /v1, GET /health, GET /metrics)" +
+      (f.api_key.empty() ? "" : ", API key required on /v1"));
 
   const int sig = WaitForShutdownSignal(signals, [&] { stats_logger.MaybeLog(); });
   Log(std::string("shutting down on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  // New generation requests get 503; in-flight ones get the grace period, then are aborted (the
+  // engine finishes them with reason abort, and their responses end cleanly).
+  server.Drain();
+  if (!WaitUntilIdle(server, signals, f.shutdown_timeout_s)) {
+    Log(std::to_string(server.num_in_flight()) + " requests still running (grace period " +
+        std::to_string(f.shutdown_timeout_s) + " s over, or signalled again): aborting them");
+    engine.Stop();
+    WaitUntilIdle(server, signals, 5.0, 0.0);
+  }
   server.Stop();
   http_thread.join();
   engine.Stop();  // aborts whatever is still pending; observers see those finishes

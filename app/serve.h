@@ -1,10 +1,15 @@
-// `tinyserve serve`: the HTTP server (DESIGN §6) over the engine, with Prometheus metrics at
-// /metrics, the periodic stats log line and an optional request-timeline trace file.
-// SIGINT/SIGTERM stop it cleanly (server stopped, engine stopped with pending requests aborted,
-// trace file closed; exit 0).
+// `tinyserve serve [MODEL]`: the OpenAI-compatible HTTP server (DESIGN §6, server/openai_routes.h)
+// over the engine, with Prometheus metrics at /metrics, the periodic stats log line and an optional
+// request-timeline trace file.
+// SIGINT/SIGTERM stop it cleanly: new generation requests get 503, in-flight ones may finish for
+// --shutdown-timeout seconds, then the rest are aborted (their streams end with finish_reason
+// abort and [DONE]), the server and engine stop, the trace file is closed; exit 0.
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "app/engine_flags.h"
 
 namespace CLI {
 class App;
@@ -19,16 +24,12 @@ struct ServeFlags {
   int port = 8000;                // 0: any free port (the chosen one is logged)
   std::string served_model_name;  // default: the model file's name
   std::string trace_file;         // empty: no trace
-  int threads = 0;
-  std::string device = "auto";
-  // Engine limits, spelled as vLLM's flags.
-  int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
-  int block_size = 16;
-  int num_kv_blocks = 0;  // 0: max_num_seqs sequences at full length, within 4 GiB
-  int max_model_len = 0;  // 0: the model's context length
-  bool enable_prefix_caching = true;
-  std::string scheduling_policy = "fcfs";
+  EngineFlags engine;             // --threads, --device, --max-num-seqs, ... (app/engine_flags.h)
+  // The API.
+  std::string api_key;                  // also $TINYSERVE_API_KEY; empty: no authentication
+  int64_t max_queue_len = 0;            // 0: unlimited
+  std::string chat_template = "plain";  // protocol::RenderChatTemplate name
+  double shutdown_timeout_s = 10.0;     // grace for in-flight requests on SIGINT/SIGTERM
 };
 
 // Registers the `serve` subcommand and its flags on `app`; the flags land in `flags`.

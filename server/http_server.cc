@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <exception>
+
 #include <thread>
+#include "engine/engine_core.h"
 
 #include "metrics/prometheus_metrics.h"
 #include "server/error_json.h"
+#include "server/openai_routes.h"
 
 namespace tinyserve {
 
@@ -16,6 +19,23 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     : options_(std::move(options)),
       context_(std::move(context)),
       server_(std::make_unique<httplib::Server>()) {
+  if (context_.tokenizer != nullptr) {
+    OpenAiContext openai;
+    openai.engine = context_.engine;
+    openai.tokenizer = context_.tokenizer;
+    openai.clock = context_.clock;
+    openai.served_model_name = context_.served_model_name;
+    openai.model_root = context_.model_root;
+    openai.max_model_len = context_.max_model_len > 0 || context_.engine == nullptr
+                               ? context_.max_model_len
+                               : context_.engine->max_model_len();
+    openai.chat_template = context_.chat_template;
+    openai.api_key = context_.api_key;
+    openai.max_queue_len = context_.max_queue_len;
+    openai.version = TINYSERVE_VERSION;
+    openai.is_healthy = context_.is_healthy;
+    openai_ = std::make_unique<OpenAiRoutes>(std::move(openai));
+  }
   const int num_threads = options_.num_threads;
   server_->new_task_queue = [num_threads] {
     return new httplib::ThreadPool(static_cast<size_t>(num_threads));
@@ -24,9 +44,10 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
   server_->set_tcp_nodelay(true);
   // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second server
   // silently share (and load-balance) the port instead of failing to bind.
-  server_->set_socket_options([](socket_t sock) {
+  server_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket_ = static_cast<int>(sock);
   });
   server_->set_keep_alive_max_count(options_.keep_alive_max_count);
   server_->set_payload_max_length(options_.max_body_bytes);
@@ -73,6 +94,17 @@ void HttpServer::RegisterRoutes() {
   server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     HandleMetrics(req, res);
   });
+  if (openai_ != nullptr) openai_->Register(*server_);
+}
+
+void HttpServer::Drain() {
+  if (openai_ != nullptr) openai_->Drain();
+}
+
+int64_t HttpServer::num_waiting() const { return openai_ != nullptr ? openai_->num_waiting() : 0; }
+
+int64_t HttpServer::num_in_flight() const {
+  return openai_ != nullptr ? openai_->num_in_flight() : 0;
 }
 
 Status HttpServer::Bind() {
@@ -85,6 +117,10 @@ Status HttpServer::Bind() {
     }
     port_ = options_.port;
   }
+  // The system libcpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when
+  // the library was built): a burst of new connections (hundreds of clients starting streams at
+  // once) would overflow the accept queue and stall or fail. listen() again raises it.
+  if (listen_socket_ >= 0) listen(listen_socket_, SOMAXCONN);
   return Status::Ok();
 }
 

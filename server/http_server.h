@@ -1,11 +1,15 @@
 // HttpServer: tinyserve's HTTP frontend (DESIGN §6), a cpp-httplib server with every route
 // registered in one place (RegisterRoutes in http_server.cc).
 //
-// Routes so far: GET /health (200, or 503 when ServerContext::is_healthy says the engine is dead)
-// and GET /metrics (the Prometheus text of ServerContext::metrics, Content-Type
-// kPrometheusContentType). Unknown routes, oversized bodies and handler exceptions get the JSON
-// error body of server/error_json.h. The OpenAI routes (/v1/...) are added here by the server
-// issue.
+// Routes: GET /health (200, or 503 when ServerContext::is_healthy says the engine is dead),
+// GET /metrics (the Prometheus text of ServerContext::metrics, Content-Type
+// kPrometheusContentType), and, when the context has a tokenizer, the OpenAI API of
+// server/openai_routes.h (/v1/completions, /v1/chat/completions, /v1/models, /version, /tokenize,
+// /detokenize, with the API-key check on /v1/*). Unknown routes, oversized bodies and handler
+// exceptions get the JSON error body of server/error_json.h.
+//
+// Shutdown: Drain() makes new generation requests get 503 while the ones in flight go on
+// (num_in_flight() counts them); Stop() then ends the listen loop.
 //
 // Lifecycle: construct, Bind() (port 0 picks a free port), then Serve() blocks on the calling
 // thread until Stop() is called from any other thread (or a signal-watching thread). Stop() is
@@ -18,6 +22,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -33,14 +38,17 @@ struct Response;
 
 namespace tinyserve {
 
+class Clock;
 class EngineCore;
+class OpenAiRoutes;
 class PrometheusMetrics;
+class Tokenizer;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                          // 0: any free port (see HttpServer::port())
   size_t max_body_bytes = size_t{4} << 20;  // larger request bodies get 413
-  int num_threads = 64;                     // worker pool (one per concurrent connection)
+  int num_threads = 512;                    // worker pool (one per concurrent connection/stream)
   size_t keep_alive_max_count = 1000;       // requests per keep-alive connection
 };
 
@@ -50,6 +58,15 @@ struct ServerContext {
   EngineCore* engine = nullptr;
   const PrometheusMetrics* metrics = nullptr;
   std::function<bool()> is_healthy;  // null: always healthy
+
+  // The OpenAI routes (registered iff tokenizer is non-null; see OpenAiContext).
+  const Tokenizer* tokenizer = nullptr;
+  const Clock* clock = nullptr;  // the engine's clock; REQUIRES: non-null with a tokenizer
+  std::string model_root;        // /v1/models "root"
+  int32_t max_model_len = 0;     // 0: the engine's
+  std::string chat_template = "plain";
+  std::string api_key;        // empty: no authentication
+  int64_t max_queue_len = 0;  // 0: unlimited
 };
 
 class HttpServer {
@@ -68,6 +85,12 @@ class HttpServer {
   Status Serve();
   // Stops accepting and makes Serve() return. Thread-safe, idempotent.
   void Stop();
+  // New generation requests get 503 from now on; those in flight go on. Thread-safe.
+  void Drain();
+  // The generation requests in flight (0 without the OpenAI routes). Thread-safe.
+  int64_t num_in_flight() const;
+  // The engine requests waiting to be scheduled, as --max-queue-len counts them. Thread-safe.
+  int64_t num_waiting() const;
 
  private:
   void RegisterRoutes();
@@ -76,8 +99,10 @@ class HttpServer {
 
   const HttpServerOptions options_;
   const ServerContext context_;
+  std::unique_ptr<OpenAiRoutes> openai_;  // null without a tokenizer
   std::unique_ptr<httplib::Server> server_;
   int port_ = -1;
+  int listen_socket_ = -1;  // set by httplib's socket-options callback when it binds
 
   std::mutex mu_;
   bool stop_requested_ = false;          // guarded by mu_

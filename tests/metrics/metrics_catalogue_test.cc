@@ -1,6 +1,7 @@
 // The rendered /metrics text holds every name, type, label set and bucket boundary of DESIGN §5,
 // and `promtool check metrics` finds only the lint findings vLLM's names force.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -201,7 +202,10 @@ bool HavePromtool() { return std::system("command -v promtool >/dev/null 2>&1") 
 
 // Runs `promtool check metrics` on `text`; returns its output lines.
 std::vector<std::string> Promtool(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/tinyserve_metrics.txt";
+  // One file per test process: ctest runs the promtool tests in parallel.
+  const std::string path = ::testing::TempDir() + "/tinyserve_metrics_" +
+                           std::to_string(::getpid()) + "_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".txt";
   std::ofstream(path) << text;
   const std::string cmd = "promtool check metrics < " + path + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace tinyserve {
 namespace {
@@ -109,6 +111,62 @@ TEST_P(ServeBinaryTest, ServesHealthAndMetricsAndStopsCleanly) {
   EXPECT_EQ(StopWith(GetParam()), 0) << ReadFile(log_path_);
   const nlohmann::json trace = nlohmann::json::parse(ReadFile(trace_path_));
   EXPECT_TRUE(trace.is_array());
+}
+
+TEST_P(ServeBinaryTest, AnswersTheOpenAiApi) {
+  httplib::Client client("127.0.0.1", port_);
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], "tiny");
+  auto done =
+      client.Post("/v1/completions", R"({"model": "tiny", "prompt": "Once", "max_tokens": 3})",
+                  "application/json");
+  ASSERT_TRUE(done);
+  ASSERT_EQ(done->status, 200) << done->body;
+  EXPECT_EQ(nlohmann::json::parse(done->body)["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(StopWith(GetParam()), 0) << ReadFile(log_path_);
+}
+
+// Streams in flight when the signal comes finish (the grace period); ones that came after it were
+// refused (503, or the connection was not accepted); none is cut off, and the exit code is 0.
+TEST_P(ServeBinaryTest, StreamsInFlightEndCleanlyOnSignal) {
+  const std::string body =
+      R"({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true, "stream": true})";
+  {
+    httplib::Client client("127.0.0.1", port_);  // the listen loop is up
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health);
+  }
+  std::vector<std::thread> clients;
+  std::vector<std::string> bodies(8);
+  std::vector<int> statuses(8, 0);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", port_);
+      client.set_read_timeout(30, 0);
+      auto res = client.Post("/v1/completions", body, "application/json");
+      if (!res) {
+        statuses[i] = res.error() == httplib::Error::Connection ? -1 : -2;  // -1: not accepted
+        bodies[i] = httplib::to_string(res.error());
+        return;
+      }
+      statuses[i] = res->status;
+      bodies[i] = res->body;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid_, GetParam());
+  for (std::thread& t : clients) t.join();
+  EXPECT_GT(std::count(statuses.begin(), statuses.end(), 200), 0);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    if (statuses[i] == 503 || statuses[i] == -1) continue;
+    ASSERT_EQ(statuses[i], 200) << i << ": " << bodies[i] << "\n" << ReadFile(log_path_);
+    ASSERT_GE(bodies[i].size(), 14u);
+    EXPECT_EQ(bodies[i].substr(bodies[i].size() - 14), "data: [DONE]\n\n") << i;
+    EXPECT_NE(bodies[i].find("\"finish_reason\":\"length\""), std::string::npos) << i;
+  }
+  EXPECT_EQ(StopWith(GetParam()), 0) << ReadFile(log_path_);
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ServeBinaryTest, ::testing::Values(SIGTERM, SIGINT),

@@ -1,0 +1,173 @@
+// POST /v1/chat/completions (OpenAiRoutes::HandleChat): the conversation rendered with the
+// model's chat template, n choices, streamed (role chunk, content chunks, finish chunk) or not.
+// See openai_routes.h.
+#include <httplib.h>
+
+#include <algorithm>
+#include <ctime>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "server/connection_watch.h"
+#include "server/generation_job.h"
+#include "server/openai_routes.h"
+#include "server/protocol/chat_request.h"
+#include "server/protocol/chat_template.h"
+#include "server/protocol/logprobs_json.h"
+#include "server/protocol/responses.h"
+#include "server/sse_stream.h"
+
+namespace tinyserve {
+
+using protocol::ApiError;
+using protocol::ApiErrorOr;
+
+namespace {
+
+constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
+
+class ChatSseStream final : public SseStream {
+ public:
+  ChatSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
+                protocol::ResponseMeta meta, int32_t num_prompt_tokens, const Tokenizer* tokenizer,
+                const protocol::ChatRequest& request)
+      : SseStream(std::move(job), watch),
+        meta_(std::move(meta)),
+        num_prompt_tokens_(num_prompt_tokens),
+        tokenizer_(tokenizer),
+        logprobs_(request.logprobs),
+        include_usage_(request.sampling.include_usage()),
+        continuous_usage_(request.sampling.stream_options &&
+                          request.sampling.stream_options->continuous_usage_stats) {}
+
+ protected:
+  void OnStart(std::string* out) override {
+    for (const auto& c : job().choices()) {
+      *out += protocol::SseData(protocol::ChatRoleChunkJson(meta_, c->spec.index));
+    }
+  }
+
+  void OnUpdate(const ChoiceUpdate& u, std::string* out) override {
+    const GenerationJob::Choice& c = *job().choices()[u.choice];
+    const protocol::ChoiceDelta& d = u.delta;
+    if (!d.text.empty() || (logprobs_ && !d.logprobs.empty())) {
+      nlohmann::ordered_json logprobs = nullptr;
+      if (logprobs_ && !d.logprobs.empty()) {
+        logprobs = protocol::ChatLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs);
+      }
+      *out += protocol::SseData(
+          protocol::ChatContentChunkJson(meta_, c.spec.index, d.text, logprobs, UsageOf(c)));
+    }
+    if (!d.finished) return;
+    if (d.finish_reason == FinishReason::kError) {
+      *out += protocol::SseData(
+          ApiError::Make(500, "The request failed in the engine: " + c.error_message).ToJson());
+    }
+    *out += protocol::SseData(protocol::ChatFinishChunkJson(meta_, c.spec.index, d.finish_reason,
+                                                            d.stop_reason, UsageOf(c)));
+  }
+
+  void OnFinish(std::string* out) override {
+    if (!include_usage_) return;
+    protocol::Usage usage{num_prompt_tokens_, 0};
+    for (const auto& c : job().choices()) usage.completion_tokens += c->text.num_tokens();
+    *out += protocol::SseData(protocol::ChatUsageChunkJson(meta_, usage));
+  }
+
+ private:
+  std::optional<protocol::Usage> UsageOf(const GenerationJob::Choice& c) const {
+    if (!continuous_usage_) return std::nullopt;
+    return protocol::Usage{num_prompt_tokens_, c.text.num_tokens()};
+  }
+
+  const protocol::ResponseMeta meta_;
+  const int32_t num_prompt_tokens_;
+  const Tokenizer* const tokenizer_;
+  const bool logprobs_;
+  const bool include_usage_;
+  const bool continuous_usage_;
+};
+
+}  // namespace
+
+void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& res) {
+  const double arrival_ts = context_.clock->Now();
+  const Tokenizer& tok = *context_.tokenizer;
+  ApiErrorOr<protocol::ChatRequest> parsed =
+      protocol::ParseChatRequestBody(req.body, tok.vocab_size());
+  if (!parsed.ok()) return SendError(res, parsed.error());
+  const protocol::ChatRequest& request = *parsed;
+  const protocol::SamplingFields& fields = request.sampling;
+  if (auto e = CheckModel(request.model)) return SendError(res, *e);
+
+  StatusOr<std::string> rendered = protocol::RenderChatTemplate(
+      context_.chat_template, request.messages, request.add_generation_prompt);
+  if (!rendered.ok()) return SendError(res, ApiError::FromStatus(rendered.status(), "messages"));
+  std::vector<int32_t> ids = protocol::EncodeChatPrompt(context_.chat_template, *rendered, tok);
+  if (ids.empty()) {
+    return SendError(res, ApiError::BadRequest("The rendered conversation is empty.", "messages"));
+  }
+  ApiErrorOr<SamplingParams> params =
+      protocol::ToSamplingParams(fields, static_cast<int32_t>(ids.size()), context_.max_model_len);
+  if (!params.ok()) return SendError(res, params.error());
+  std::vector<ChoiceSpec> specs;
+  for (int32_t j = 0; j < fields.n; ++j) {
+    ChoiceSpec spec;
+    spec.index = j;
+    spec.prompt_ids = ids;
+    spec.params = *params;
+    if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
+    specs.push_back(std::move(spec));
+  }
+  if (auto e = CheckServing()) return SendError(res, *e);
+
+  protocol::ResponseMeta meta{protocol::NewRequestId("chatcmpl-"),
+                              static_cast<int64_t>(std::time(nullptr)), context_.served_model_name};
+  ApiErrorOr<std::unique_ptr<GenerationJob>> submitted = GenerationJob::Submit(
+      context_.engine, &tok, &gate_, meta.id, std::move(specs), fields, arrival_ts);
+  if (!submitted.ok()) return SendError(res, submitted.error());
+  std::unique_ptr<GenerationJob> job = std::move(submitted).value();
+  const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
+  const auto num_prompt_tokens = static_cast<int32_t>(ids.size());
+
+  if (fields.stream) {
+    SseStream::Attach(std::make_shared<ChatSseStream>(std::move(job), watch, std::move(meta),
+                                                      num_prompt_tokens, &tok, request),
+                      res);
+    return;
+  }
+
+  std::vector<ChoiceUpdate> updates;
+  while (!job->finished()) {
+    if (watch.IsPeerClosed()) {
+      job->Abort();
+      return SendError(res, ApiError::Make(499, "The client closed the connection."));
+    }
+    updates.clear();
+    job->Poll(kWaitSeconds, &updates);
+  }
+  std::vector<protocol::ChatChoice> choices;
+  protocol::Usage usage{num_prompt_tokens, 0};
+  for (const auto& c : job->choices()) {
+    if (c->text.finish_reason() == FinishReason::kError) {
+      return SendError(
+          res, ApiError::Make(500, "The request failed in the engine: " + c->error_message));
+    }
+    protocol::ChatChoice choice;
+    choice.index = c->spec.index;
+    choice.content = c->text.text();
+    if (request.logprobs) {
+      choice.logprobs = protocol::ChatLogprobsJson(tok, c->logprobs_prev_id, c->logprobs);
+    }
+    choice.finish_reason = c->text.finish_reason();
+    choice.stop_reason = c->text.stop_reason();
+    usage.completion_tokens += c->text.num_tokens();
+    choices.push_back(std::move(choice));
+  }
+  res.status = 200;
+  res.set_content(protocol::DumpJson(protocol::ChatResponseJson(meta, choices, usage)),
+                  "application/json");
+}
+
+}  // namespace tinyserve

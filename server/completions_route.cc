@@ -1,0 +1,199 @@
+// POST /v1/completions (OpenAiRoutes::HandleCompletions): one choice per prompt x n, streamed or
+// not. See openai_routes.h.
+#include <httplib.h>
+
+#include <algorithm>
+#include <ctime>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "server/connection_watch.h"
+#include "server/generation_job.h"
+#include "server/openai_routes.h"
+#include "server/protocol/completion_request.h"
+#include "server/protocol/logprobs_json.h"
+#include "server/protocol/responses.h"
+#include "server/protocol/utf8.h"
+#include "server/sse_stream.h"
+
+namespace tinyserve {
+
+using protocol::ApiError;
+using protocol::ApiErrorOr;
+
+namespace {
+
+constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
+
+struct PromptInfo {
+  std::vector<int32_t> ids;
+  std::string echo;  // the echoed prompt text ("" without echo)
+};
+
+class CompletionSseStream final : public SseStream {
+ public:
+  CompletionSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
+                      protocol::ResponseMeta meta, std::vector<PromptInfo> prompts,
+                      const Tokenizer* tokenizer, const protocol::SamplingFields& fields)
+      : SseStream(std::move(job), watch),
+        meta_(std::move(meta)),
+        prompts_(std::move(prompts)),
+        tokenizer_(tokenizer),
+        include_usage_(fields.include_usage()),
+        continuous_usage_(fields.stream_options && fields.stream_options->continuous_usage_stats),
+        text_offsets_(this->job().choices().size(), 0) {}
+
+ protected:
+  void OnStart(std::string* out) override {
+    for (size_t i = 0; i < job().choices().size(); ++i) {
+      const GenerationJob::Choice& c = *job().choices()[i];
+      const std::string& echo = prompts_[static_cast<size_t>(c.spec.prompt_index)].echo;
+      if (echo.empty()) continue;
+      protocol::CompletionChoice choice;
+      choice.index = c.spec.index;
+      choice.text = echo;
+      text_offsets_[i] = protocol::Utf8Length(echo);
+      *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(i)));
+    }
+  }
+
+  void OnUpdate(const ChoiceUpdate& u, std::string* out) override {
+    const GenerationJob::Choice& c = *job().choices()[u.choice];
+    const protocol::ChoiceDelta& d = u.delta;
+    const bool with_logprobs = c.spec.params.logprobs.has_value() && !d.logprobs.empty();
+    if (d.text.empty() && !d.finished && !with_logprobs) return;  // held-back bytes only
+    if (d.finished && d.finish_reason == FinishReason::kError) {
+      *out += protocol::SseData(
+          ApiError::Make(500, "The request failed in the engine: " + c.error_message).ToJson());
+    }
+    protocol::CompletionChoice choice;
+    choice.index = c.spec.index;
+    choice.text = d.text;
+    if (with_logprobs) {
+      choice.logprobs =
+          protocol::CompletionLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs,
+                                           text_offsets_[u.choice], &text_offsets_[u.choice]);
+    } else {
+      text_offsets_[u.choice] += protocol::Utf8Length(d.text);
+    }
+    if (d.finished) {
+      choice.finish_reason = d.finish_reason;
+      choice.stop_reason = d.stop_reason;
+    }
+    *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(u.choice)));
+  }
+
+  void OnFinish(std::string* out) override {
+    if (!include_usage_) return;
+    *out += protocol::SseData(protocol::CompletionUsageChunkJson(meta_, TotalUsage()));
+  }
+
+ private:
+  std::optional<protocol::Usage> UsageOf(size_t i) {
+    if (!continuous_usage_) return std::nullopt;
+    const GenerationJob::Choice& c = *job().choices()[i];
+    return protocol::Usage{static_cast<int32_t>(c.spec.prompt_ids.size()), c.text.num_tokens()};
+  }
+  protocol::Usage TotalUsage() {
+    protocol::Usage usage;
+    for (const PromptInfo& p : prompts_) usage.prompt_tokens += static_cast<int32_t>(p.ids.size());
+    for (const auto& c : job().choices()) usage.completion_tokens += c->text.num_tokens();
+    return usage;
+  }
+
+  const protocol::ResponseMeta meta_;
+  const std::vector<PromptInfo> prompts_;
+  const Tokenizer* const tokenizer_;
+  const bool include_usage_;
+  const bool continuous_usage_;
+  std::vector<size_t> text_offsets_;  // [num_choices] code points sent so far
+};
+
+}  // namespace
+
+void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Response& res) {
+  const double arrival_ts = context_.clock->Now();
+  const Tokenizer& tok = *context_.tokenizer;
+  ApiErrorOr<protocol::CompletionRequest> parsed =
+      protocol::ParseCompletionRequestBody(req.body, tok.vocab_size());
+  if (!parsed.ok()) return SendError(res, parsed.error());
+  const protocol::CompletionRequest& request = *parsed;
+  const protocol::SamplingFields& fields = request.sampling;
+  if (auto e = CheckModel(request.model)) return SendError(res, *e);
+
+  std::vector<PromptInfo> prompts;
+  std::vector<ChoiceSpec> specs;
+  for (size_t p = 0; p < request.prompts.size(); ++p) {
+    PromptInfo info;
+    info.ids = protocol::TokenizePrompt(request.prompts[p], tok);
+    if (request.echo) info.echo = protocol::EchoText(request.prompts[p], tok);
+    ApiErrorOr<SamplingParams> params = protocol::ToSamplingParams(
+        fields, static_cast<int32_t>(info.ids.size()), context_.max_model_len);
+    if (!params.ok()) return SendError(res, params.error());
+    for (int32_t j = 0; j < fields.n; ++j) {
+      ChoiceSpec spec;
+      spec.index = protocol::ChoiceIndex(static_cast<int32_t>(p), fields.n, j);
+      spec.prompt_index = static_cast<int32_t>(p);
+      spec.prompt_ids = info.ids;
+      spec.params = *params;
+      if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
+      specs.push_back(std::move(spec));
+    }
+    prompts.push_back(std::move(info));
+  }
+  if (auto e = CheckServing()) return SendError(res, *e);
+
+  protocol::ResponseMeta meta{protocol::NewRequestId("cmpl-"),
+                              static_cast<int64_t>(std::time(nullptr)), context_.served_model_name};
+  ApiErrorOr<std::unique_ptr<GenerationJob>> submitted = GenerationJob::Submit(
+      context_.engine, &tok, &gate_, meta.id, std::move(specs), fields, arrival_ts);
+  if (!submitted.ok()) return SendError(res, submitted.error());
+  std::unique_ptr<GenerationJob> job = std::move(submitted).value();
+  const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
+
+  if (fields.stream) {
+    SseStream::Attach(std::make_shared<CompletionSseStream>(std::move(job), watch, std::move(meta),
+                                                            std::move(prompts), &tok, fields),
+                      res);
+    return;
+  }
+
+  std::vector<ChoiceUpdate> updates;
+  while (!job->finished()) {
+    if (watch.IsPeerClosed()) {
+      job->Abort();
+      return SendError(res, ApiError::Make(499, "The client closed the connection."));
+    }
+    updates.clear();
+    job->Poll(kWaitSeconds, &updates);
+  }
+  std::vector<protocol::CompletionChoice> choices;
+  protocol::Usage usage;
+  for (const PromptInfo& p : prompts) usage.prompt_tokens += static_cast<int32_t>(p.ids.size());
+  for (const auto& c : job->choices()) {
+    if (c->text.finish_reason() == FinishReason::kError) {
+      return SendError(
+          res, ApiError::Make(500, "The request failed in the engine: " + c->error_message));
+    }
+    const PromptInfo& prompt = prompts[static_cast<size_t>(c->spec.prompt_index)];
+    protocol::CompletionChoice choice;
+    choice.index = c->spec.index;
+    choice.text = prompt.echo + c->text.text();
+    if (c->spec.params.logprobs) {
+      choice.logprobs = protocol::CompletionLogprobsJson(tok, c->logprobs_prev_id, c->logprobs,
+                                                         protocol::Utf8Length(prompt.echo));
+    }
+    choice.finish_reason = c->text.finish_reason();
+    choice.stop_reason = c->text.stop_reason();
+    usage.completion_tokens += c->text.num_tokens();
+    choices.push_back(std::move(choice));
+  }
+  std::sort(choices.begin(), choices.end(),
+            [](const auto& a, const auto& b) { return a.index < b.index; });
+  res.status = 200;
+  res.set_content(protocol::DumpJson(protocol::CompletionResponseJson(meta, choices, usage)),
+                  "application/json");
+}
+
+}  // namespace tinyserve

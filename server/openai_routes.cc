@@ -1,0 +1,232 @@
+#include "server/openai_routes.h"
+
+#include <httplib.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "server/protocol/chat_request.h"
+#include "server/protocol/chat_template.h"
+#include "server/protocol/json_fields.h"
+#include "server/protocol/responses.h"
+#include "server/protocol/utf8.h"
+
+namespace tinyserve {
+
+using protocol::ApiError;
+using protocol::ApiErrorOr;
+
+namespace {
+
+// Constant-time (in the secret's content) comparison of a presented key with the configured one.
+bool KeysEqual(const std::string& presented, const std::string& expected) {
+  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char a = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    diff |= static_cast<unsigned char>(a ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
+}
+
+void SendJson(httplib::Response& res, const nlohmann::ordered_json& body) {
+  res.status = 200;
+  res.set_content(protocol::DumpJson(body), "application/json");
+}
+
+// 405 for `method` on a known path, in the error JSON.
+httplib::Server::Handler MethodNotAllowed() {
+  return [](const httplib::Request& req, httplib::Response& res) {
+    OpenAiRoutes::SendError(
+        res, ApiError::Make(405, "Method " + req.method + " not allowed on " + req.path));
+  };
+}
+
+}  // namespace
+
+OpenAiRoutes::OpenAiRoutes(OpenAiContext context)
+    : context_(std::move(context)),
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      gate_(context_.max_queue_len) {}
+
+void OpenAiRoutes::SendError(httplib::Response& res, const ApiError& error) {
+  res.status = error.http_status;
+  res.set_content(protocol::DumpJson(error.ToJson()), "application/json");
+}
+
+void OpenAiRoutes::Register(httplib::Server& server) {
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return Authorize(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                               : httplib::Server::HandlerResponse::Handled;
+  });
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletions(req, res);
+  });
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleChat(req, res);
+  });
+  server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleModels(req, res);
+  });
+  server.Get("/version", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleVersion(req, res);
+  });
+  server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleTokenize(req, res);
+  });
+  server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleDetokenize(req, res);
+  });
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
+    server.Get(path, MethodNotAllowed());
+    server.Put(path, MethodNotAllowed());
+    server.Delete(path, MethodNotAllowed());
+    server.Patch(path, MethodNotAllowed());
+  }
+  for (const char* path : {"/v1/models", "/version"}) {
+    server.Post(path, MethodNotAllowed());
+    server.Put(path, MethodNotAllowed());
+    server.Delete(path, MethodNotAllowed());
+    server.Patch(path, MethodNotAllowed());
+  }
+}
+
+bool OpenAiRoutes::Authorize(const httplib::Request& req, httplib::Response& res) const {
+  if (context_.api_key.empty()) return true;
+  if (req.path != "/v1" && req.path.rfind("/v1/", 0) != 0) return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (header.size() > prefix.size() && header.compare(0, prefix.size(), prefix) == 0 &&
+      KeysEqual(header.substr(prefix.size()), context_.api_key)) {
+    return true;
+  }
+  SendError(res, ApiError::Unauthorized(header.empty() ? "Missing API key: send the header "
+                                                         "`Authorization: Bearer <key>`."
+                                                       : "Incorrect API key provided."));
+  return false;
+}
+
+std::optional<ApiError> OpenAiRoutes::CheckModel(const std::optional<std::string>& model) const {
+  if (model && *model != context_.served_model_name) return ApiError::ModelNotFound(*model);
+  return std::nullopt;
+}
+
+std::optional<ApiError> OpenAiRoutes::CheckServing() const {
+  const bool healthy =
+      context_.engine != nullptr && (!context_.is_healthy || context_.is_healthy());
+  if (!healthy) return ApiError::Unavailable("The engine is not running.");
+  return std::nullopt;
+}
+
+void OpenAiRoutes::HandleModels(const httplib::Request&, httplib::Response& res) const {
+  const std::string& name = context_.served_model_name;
+  nlohmann::ordered_json permission = {{"id", protocol::NewRequestId("modelperm-")},
+                                       {"object", "model_permission"},
+                                       {"created", created_},
+                                       {"allow_create_engine", false},
+                                       {"allow_sampling", true},
+                                       {"allow_logprobs", true},
+                                       {"allow_search_indices", false},
+                                       {"allow_view", true},
+                                       {"allow_fine_tuning", false},
+                                       {"organization", "*"},
+                                       {"group", nullptr},
+                                       {"is_blocking", false}};
+  nlohmann::ordered_json model = {
+      {"id", name},
+      {"object", "model"},
+      {"created", created_},
+      {"owned_by", "tinyserve"},
+      {"root", context_.model_root.empty() ? name : context_.model_root},
+      {"parent", nullptr},
+      {"max_model_len", context_.max_model_len},
+      {"permission", nlohmann::ordered_json::array({permission})}};
+  SendJson(res, {{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}});
+}
+
+void OpenAiRoutes::HandleVersion(const httplib::Request&, httplib::Response& res) const {
+  SendJson(res, {{"version", context_.version}});
+}
+
+void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response& res) const {
+  ApiErrorOr<nlohmann::json> body = protocol::ParseJsonBody(req.body);
+  if (!body.ok()) return SendError(res, body.error());
+  std::optional<std::string> model;
+  if (auto e = protocol::GetString(*body, "model", "model", &model)) return SendError(res, *e);
+  if (auto e = CheckModel(model)) return SendError(res, *e);
+  const Tokenizer& tok = *context_.tokenizer;
+  std::vector<int32_t> ids;
+  const bool has_prompt = body->contains("prompt");
+  const bool has_messages = body->contains("messages");
+  if (has_prompt == has_messages) {
+    return SendError(res,
+                     ApiError::BadRequest("Exactly one of `prompt` and `messages` is required.",
+                                          has_prompt ? "messages" : "prompt"));
+  }
+  if (has_prompt) {
+    std::optional<std::string> prompt;
+    if (auto e = protocol::GetString(*body, "prompt", "prompt", &prompt)) {
+      return SendError(res, *e);
+    }
+    if (!prompt) return SendError(res, ApiError::BadRequest("`prompt` must be a string", "prompt"));
+    bool add_special_tokens = true;
+    if (auto e = protocol::GetBool(*body, "add_special_tokens", "add_special_tokens",
+                                   &add_special_tokens)) {
+      return SendError(res, *e);
+    }
+    ids = tok.Encode(*prompt, add_special_tokens && tok.add_bos_by_default());
+  } else {
+    // The chat form renders the messages as /v1/chat/completions does (same ids, same count).
+    ApiErrorOr<protocol::ChatRequest> chat =
+        protocol::ParseChatRequest(*body, context_.tokenizer->vocab_size());
+    if (!chat.ok()) return SendError(res, chat.error());
+    StatusOr<std::string> rendered = protocol::RenderChatTemplate(
+        context_.chat_template, chat->messages, chat->add_generation_prompt);
+    if (!rendered.ok()) return SendError(res, ApiError::FromStatus(rendered.status(), "messages"));
+    ids = protocol::EncodeChatPrompt(context_.chat_template, *rendered, tok);
+  }
+  nlohmann::ordered_json out = {
+      {"count", ids.size()}, {"max_model_len", context_.max_model_len}, {"tokens", ids}};
+  bool return_token_strs = false;
+  if (auto e =
+          protocol::GetBool(*body, "return_token_strs", "return_token_strs", &return_token_strs)) {
+    return SendError(res, *e);
+  }
+  if (return_token_strs) {
+    nlohmann::ordered_json strs = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      strs.push_back(protocol::ToValidUtf8(tok.DecodePiece(i == 0 ? -1 : ids[i - 1], ids[i])));
+    }
+    out["token_strs"] = std::move(strs);
+  }
+  SendJson(res, out);
+}
+
+void OpenAiRoutes::HandleDetokenize(const httplib::Request& req, httplib::Response& res) const {
+  ApiErrorOr<nlohmann::json> body = protocol::ParseJsonBody(req.body);
+  if (!body.ok()) return SendError(res, body.error());
+  std::optional<std::string> model;
+  if (auto e = protocol::GetString(*body, "model", "model", &model)) return SendError(res, *e);
+  if (auto e = CheckModel(model)) return SendError(res, *e);
+  const auto it = body->find("tokens");
+  if (it == body->end() || !it->is_array()) {
+    return SendError(res, ApiError::BadRequest("`tokens` must be an array of token ids", "tokens"));
+  }
+  const int32_t vocab = context_.tokenizer->vocab_size();
+  std::vector<int32_t> ids;
+  ids.reserve(it->size());
+  for (size_t i = 0; i < it->size(); ++i) {
+    int32_t id = 0;
+    if (!protocol::AsInt32((*it)[i], &id) || id < 0 || id >= vocab) {
+      return SendError(res, ApiError::BadRequest("`tokens[" + std::to_string(i) +
+                                                     "]` must be a token id in [0, " +
+                                                     std::to_string(vocab) + ")",
+                                                 "tokens"));
+    }
+    ids.push_back(id);
+  }
+  SendJson(res, {{"prompt", protocol::ToValidUtf8(context_.tokenizer->Decode(ids))}});
+}
+
+}  // namespace tinyserve

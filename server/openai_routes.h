@@ -1,0 +1,95 @@
+// OpenAiRoutes: the OpenAI-compatible API of DESIGN §6 on a cpp-httplib server.
+//
+//   POST /v1/completions        completions (every prompt form, n, echo, logprobs, stop, stream)
+//   POST /v1/chat/completions   chat, prompt from the model's chat template
+//   GET  /v1/models             vLLM's model list (one model: the served name)
+//   GET  /version               {"version": ...}
+//   POST /tokenize              {prompt | messages, add_special_tokens} -> {count, max_model_len,
+//                               tokens}
+//   POST /detokenize            {tokens} -> {prompt}
+// Other methods on these paths get 405. Bodies are validated by server/protocol/ before anything
+// is queued; errors are vLLM's JSON (protocol::ApiError). A `model` that is not the served name
+// gets 404 model_not_found. With an API key, every /v1/* request needs `Authorization: Bearer
+// KEY` (401 otherwise, compared in constant time); /health, /metrics, /version, /tokenize and
+// /detokenize stay open, as in vLLM. With max_queue_len > 0, a request that would make more
+// than that many engine requests wait gets 503 at once; a stopped or dead engine gives 503.
+//
+// Streams are SSE (server/sse_stream.h); a client that goes away, streaming or not, has its engine
+// requests aborted within ~20 ms (server/connection_watch.h).
+//
+// Ownership: the context's pointers are borrowed and must outlive the routes and the server they
+// are registered on. Handlers run on the server's worker threads; the object is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "engine/clock.h"
+#include "engine/engine_core.h"
+#include "models/tokenizer/tokenizer.h"
+#include "server/admission_gate.h"
+#include "server/protocol/api_error.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace tinyserve {
+
+struct OpenAiContext {
+  EngineCore* engine = nullptr;          // null: generation routes answer 503
+  const Tokenizer* tokenizer = nullptr;  // REQUIRES: non-null
+  const Clock* clock = nullptr;          // the engine's clock (arrival_ts); REQUIRES: non-null
+  std::string served_model_name;
+  std::string model_root;               // /v1/models "root" (the model path); default the name
+  int32_t max_model_len = 0;            // REQUIRES: > 0 (EngineCore::max_model_len())
+  std::string chat_template = "plain";  // protocol::RenderChatTemplate name
+  std::string api_key;                  // empty: no authentication
+  int64_t max_queue_len = 0;            // 0: unlimited
+  std::string version = "0.1.0";
+  std::function<bool()> is_healthy;  // null: healthy while the engine exists
+};
+
+class OpenAiRoutes {
+ public:
+  explicit OpenAiRoutes(OpenAiContext context);
+
+  // Adds the routes to `server`, and the API-key check as its pre-routing handler.
+  // REQUIRES: `server` has no pre-routing handler of its own; this object outlives it.
+  void Register(httplib::Server& server);
+
+  // The engine requests waiting to be scheduled, as counted for --max-queue-len.
+  int64_t num_waiting() const { return gate_.num_waiting(); }
+  // The generation requests (HTTP exchanges) in flight.
+  int64_t num_in_flight() const { return gate_.num_jobs(); }
+  // From now on new generation requests get 503 (shutdown); the ones in flight go on.
+  void Drain() { gate_.Drain(); }
+
+  // Sets `res` to the error's JSON and status.
+  static void SendError(httplib::Response& res, const protocol::ApiError& error);
+
+ private:
+  // Returns true iff the request may go on; else sets the 401 on `res`.
+  bool Authorize(const httplib::Request& req, httplib::Response& res) const;
+  // 404 unless `model` is absent or the served name.
+  std::optional<protocol::ApiError> CheckModel(const std::optional<std::string>& model) const;
+  // 503 when the engine is missing or dead.
+  std::optional<protocol::ApiError> CheckServing() const;
+
+  void HandleCompletions(const httplib::Request& req, httplib::Response& res);
+  void HandleChat(const httplib::Request& req, httplib::Response& res);
+  void HandleModels(const httplib::Request& req, httplib::Response& res) const;
+  void HandleVersion(const httplib::Request& req, httplib::Response& res) const;
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
+
+  const OpenAiContext context_;
+  const int64_t created_;  // Unix seconds at start (the model's "created")
+  AdmissionGate gate_;
+};
+
+}  // namespace tinyserve

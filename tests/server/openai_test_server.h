@@ -1,0 +1,205 @@
+// A test harness for the OpenAI routes: the real stories260K model (loaded once per binary) on a
+// real EngineCore (SteadyClock, its own thread), the HttpServer (with its OpenAI routes) on a
+// random loopback port, and an httplib::Client for it. An observer records every request's finish
+// and the KV blocks in use after each step. An optional per-step delay slows the model down so
+// that a test can act in the middle of a stream.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/clock.h"
+#include "engine/engine_core.h"
+#include "kernels/backend.h"
+#include "models/model_loader.h"
+#include "models/model_runner.h"
+#include "server/http_server.h"
+
+namespace tinyserve::testing {
+
+inline const LoadedModel& Stories260K() {
+  static LoadedModel* model = [] {
+    const std::string shared = TINYSERVE_SHARED_DIR;
+    auto loaded = ResolveAndLoadModel({shared + "/models/stories260K.bin", ""}, shared);
+    if (!loaded.ok()) {
+      ADD_FAILURE() << loaded.status().ToString();
+      std::abort();
+    }
+    return new LoadedModel(std::move(loaded).value());
+  }();
+  return *model;
+}
+
+// Sleeps `delay_s` before each forward pass of the wrapped executor.
+class DelayedExecutor final : public ModelExecutor {
+ public:
+  DelayedExecutor(ModelExecutor* inner, double delay_s) : inner_(inner), delay_s_(delay_s) {}
+  StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override {
+    if (delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
+    return inner_->Execute(batch);
+  }
+  int32_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
+  int32_t block_size() const override { return inner_->block_size(); }
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  int32_t max_model_len() const override { return inner_->max_model_len(); }
+
+ private:
+  ModelExecutor* const inner_;
+  const double delay_s_;
+};
+
+// Records finishes (by request id, with the engine clock's time) and the KV blocks in use.
+class FinishRecorder final : public EngineObserver {
+ public:
+  struct Finish {
+    FinishReason reason = FinishReason::kNone;
+    double ts = 0.0;
+  };
+  void OnRequestEvent(const Request& request, const RequestEvent& event) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.type == EventType::kFinished) {
+      finishes_[request.request_id] = {event.finish_reason, event.ts};
+    } else if (event.type == EventType::kNewTokens) {
+      auto& ts = token_ts_[request.request_id];
+      ts.insert(ts.end(), static_cast<size_t>(event.num_tokens), event.ts);
+    }
+  }
+  void OnStep(const SchedulerStats& stats) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_blocks_ = stats.num_used_blocks;
+    running_ = stats.num_running;
+    waiting_ = stats.num_waiting;
+  }
+  std::map<std::string, Finish> finishes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finishes_;
+  }
+  // The output time of each token of each request.
+  std::map<std::string, std::vector<double>> token_ts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return token_ts_;
+  }
+  int32_t used_blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return used_blocks_;
+  }
+  int32_t live_requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_ + waiting_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, Finish> finishes_;
+  std::map<std::string, std::vector<double>> token_ts_;
+  int32_t used_blocks_ = 0;
+  int32_t running_ = 0;
+  int32_t waiting_ = 0;
+};
+
+struct TestServerOptions {
+  std::string api_key;
+  int64_t max_queue_len = 0;
+  bool start_engine = true;
+  double step_delay_s = 0.0;
+  int32_t num_kv_blocks = 256;
+  size_t max_body_bytes = size_t{4} << 20;
+  int num_threads = 16;  // HTTP worker threads
+};
+
+class OpenAiTestServer {
+ public:
+  explicit OpenAiTestServer(TestServerOptions options = {}) {
+    const LoadedModel& model = Stories260K();
+    ModelRunnerOptions runner_options;
+    runner_options.num_kv_blocks = options.num_kv_blocks;
+    auto runner = ModelRunner::Create(model.weights, CreateCpuBackend(1), runner_options);
+    EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+    runner_ = std::move(runner).value();
+    executor_ = std::make_unique<DelayedExecutor>(runner_.get(), options.step_delay_s);
+    EngineConfig config;
+    if (!model.weights->config.stop_token_ids.empty()) {
+      config.eos_token_id = model.weights->config.stop_token_ids.front();
+    }
+    engine_ = std::make_unique<EngineCore>(config, executor_.get(), &clock_);
+    engine_->AddObserver(&recorder_);
+
+    ServerContext context;
+    context.engine = engine_.get();
+    context.tokenizer = model.tokenizer.get();
+    context.clock = &clock_;
+    context.served_model_name = "stories";
+    context.api_key = options.api_key;
+    context.max_queue_len = options.max_queue_len;
+    HttpServerOptions server_options;
+    server_options.port = 0;
+    server_options.max_body_bytes = options.max_body_bytes;
+    server_options.num_threads = options.num_threads;
+    server_ = std::make_unique<HttpServer>(server_options, context);
+    EXPECT_TRUE(server_->Bind().ok());
+    port_ = server_->port();
+    thread_ = std::thread([this] { EXPECT_TRUE(server_->Serve().ok()); });
+    if (options.start_engine) engine_->Start();
+  }
+  ~OpenAiTestServer() {
+    engine_->Stop();
+    server_->Stop();
+    thread_.join();
+  }
+
+  httplib::Client Client(const std::string& api_key = "") const {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_read_timeout(30, 0);
+    if (!api_key.empty()) client.set_bearer_token_auth(api_key);
+    return client;
+  }
+  // POSTs `body` as JSON; the parsed response (status in "status", body in "body").
+  httplib::Result Post(const std::string& path, const nlohmann::json& body) const {
+    return Client().Post(path, body.dump(), "application/json");
+  }
+
+  int port() const { return port_; }
+  EngineCore& engine() { return *engine_; }
+  const Tokenizer& tokenizer() const { return *Stories260K().tokenizer; }
+  const FinishRecorder& recorder() const { return recorder_; }
+  HttpServer& http() { return *server_; }
+  // The engine requests waiting to be scheduled, as --max-queue-len counts them.
+  int64_t num_waiting() const { return server_->num_waiting(); }
+  double Now() const { return clock_.Now(); }
+
+ private:
+  SteadyClock clock_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<DelayedExecutor> executor_;
+  FinishRecorder recorder_;
+  std::unique_ptr<EngineCore> engine_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = -1;
+  std::thread thread_;
+};
+
+// The `data:` payloads of an SSE body, in order ("[DONE]" included); comments are skipped.
+inline std::vector<std::string> SseEvents(const std::string& body) {
+  std::vector<std::string> events;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    const std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) == 0) events.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return events;
+}
+
+}  // namespace tinyserve::testing
