@@ -1,9 +1,9 @@
-# The two commands of the README: `make run` (build, then generate on the default model) and
+# The two commands of the README: `make run` (build, then serve the default model) and
 # `make test` (build, then every test and the format check). Both install what they need first.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-PROMPT ?= Once upon a time
+PORT ?= 8000
 
 .PHONY: all setup configure build run test format-check format clean
 
@@ -21,7 +21,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j$(JOBS)
 
 run: build
-	./$(BUILD_DIR)/bin/tinyserve generate --prompt "$(PROMPT)" --max-tokens 200 --temperature 0
+	./$(BUILD_DIR)/bin/tinyserve serve --port $(PORT)
 
 test: build format-check
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
