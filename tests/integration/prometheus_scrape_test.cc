@@ -1,0 +1,382 @@
+// A real Prometheus server scrapes a running `tinyserve serve` (issue 4, DESIGN §5): the test
+// starts the binary (stories260K, a KV cache of 40 blocks of 16 tokens) and the Debian `prometheus`
+// server (scrape interval 1 s), both on loopback ports, sends 40 concurrent 200-token completions
+// through the OpenAI API so that requests are preempted again and again, and pins that Prometheus'
+// query API then reports the target `up` == 1 and `vllm:num_preemptions_total{model_name,engine}` >
+// 0, equal to what tinyserve's own /metrics says once it is idle (the counter Prometheus stores is
+// the one tinyserve serves, with its labels). Skipped when no `prometheus` is on $PATH (Debian
+// package `prometheus`).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tinyserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr int kNumRequests = 40;
+constexpr int kMaxTokens = 200;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The first directory of $PATH holding an executable `name`, else "".
+std::string FindInPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// A port that was free on 127.0.0.1 a moment ago (for Prometheus, which cannot report a port 0).
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// A child process with stdout and stderr going to `log_path`; killed (SIGKILL) if the test process
+// dies, and stopped (SIGTERM, then SIGKILL after 10 s) and reaped when this object goes away.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& args, const std::string& log_path) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { Stop(); }
+
+  bool started() const { return pid_ > 0; }
+  // True while the process has not exited (reaps it if it has).
+  bool Running() {
+    if (pid_ <= 0) return false;
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 1000; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// The value of the sample `name{labels}` (labels as rendered, in order) in Prometheus text format.
+std::optional<double> SampleValue(const std::string& text, const std::string& series) {
+  std::stringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return std::nullopt;
+}
+
+class PrometheusScrapeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef TINYSERVE_BINARY
+    GTEST_SKIP() << "built without the tinyserve binary";
+#else
+    binary_ = TINYSERVE_BINARY;
+    model_ = std::string(TINYSERVE_SHARED_DIR) + "/models/stories260K.bin";
+    if (!std::filesystem::exists(binary_) || !std::filesystem::exists(model_)) {
+      GTEST_SKIP() << "needs " << binary_ << " and " << model_;
+    }
+    prometheus_ = FindInPath("prometheus");
+    if (prometheus_.empty()) {
+      GTEST_SKIP() << "needs the Prometheus server: install the Debian package `prometheus` "
+                      "(scripts/setup.sh)";
+    }
+    std::string tmpl = ::testing::TempDir() + "/tinyserve_prometheus_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << tmpl;
+    dir_ = tmpl;
+#endif
+  }
+  void TearDown() override {
+    prometheus_process_.reset();  // stop both before removing their files
+    tinyserve_process_.reset();
+    if (!dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir_, ignored);
+    }
+  }
+
+  // Starts tinyserve on a free loopback port with a KV cache that forces preemptions.
+  void StartTinyserve() {
+    tinyserve_log_ = dir_ + "/tinyserve.log";
+    tinyserve_process_ =
+        std::make_unique<ChildProcess>(std::vector<std::string>{binary_,
+                                                                "serve",
+                                                                "--model",
+                                                                model_,
+                                                                "--host",
+                                                                "127.0.0.1",
+                                                                "--port",
+                                                                "0",
+                                                                "--served-model-name",
+                                                                "tiny",
+                                                                "--threads",
+                                                                "1",
+                                                                "--block-size",
+                                                                "16",
+                                                                "--num-kv-blocks",
+                                                                "40",
+                                                                "--max-model-len",
+                                                                "512",
+                                                                "--max-num-seqs",
+                                                                "64"},
+                                       tinyserve_log_);
+    ASSERT_TRUE(tinyserve_process_->started());
+    // The server logs "on http://127.0.0.1:PORT" once it listens.
+    const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)");
+    const auto deadline = Clock::now() + seconds(30);
+    while (tinyserve_port_ == 0 && Clock::now() < deadline && tinyserve_process_->Running()) {
+      std::smatch m;
+      const std::string log = ReadFile(tinyserve_log_);
+      if (std::regex_search(log, m, listening)) {
+        tinyserve_port_ = std::stoi(m[1]);
+      } else {
+        std::this_thread::sleep_for(milliseconds(50));
+      }
+    }
+    ASSERT_NE(tinyserve_port_, 0) << "tinyserve did not start:\n" << ReadFile(tinyserve_log_);
+  }
+
+  // Starts Prometheus scraping tinyserve every second; returns once it answers /-/ready. A port
+  // taken between FreeLoopbackPort() and Prometheus' bind makes it exit: then another port is
+  // tried.
+  void StartPrometheus() {
+    const std::string config = dir_ + "/prometheus.yml";
+    {
+      std::ofstream out(config);
+      out << "global:\n"
+             "  scrape_interval: 1s\n"
+             "  scrape_timeout: 1s\n"
+             "  evaluation_interval: 1s\n"
+             "scrape_configs:\n"
+             "  - job_name: tinyserve\n"
+             "    metrics_path: /metrics\n"
+             "    static_configs:\n"
+             "      - targets: ['127.0.0.1:"
+          << tinyserve_port_ << "']\n";
+    }
+    prometheus_log_ = dir_ + "/prometheus.log";
+    for (int attempt = 0; attempt < 3 && prometheus_port_ == 0; ++attempt) {
+      const int port = FreeLoopbackPort();
+      ASSERT_NE(port, 0);
+      prometheus_process_ = std::make_unique<ChildProcess>(
+          std::vector<std::string>{
+              prometheus_, "--config.file=" + config,
+              "--storage.tsdb.path=" + dir_ + "/data-" + std::to_string(attempt),
+              "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
+          prometheus_log_);
+      ASSERT_TRUE(prometheus_process_->started());
+      httplib::Client client("127.0.0.1", port);
+      client.set_connection_timeout(1, 0);
+      client.set_read_timeout(2, 0);
+      const auto deadline = Clock::now() + seconds(20);
+      while (Clock::now() < deadline && prometheus_process_->Running()) {
+        auto ready = client.Get("/-/ready");
+        if (ready && ready->status == 200) {
+          prometheus_port_ = port;
+          break;
+        }
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    }
+    ASSERT_NE(prometheus_port_, 0) << "Prometheus did not start:\n" << ReadFile(prometheus_log_);
+  }
+
+  // The values of an instant query's result (one per series), or nullopt if the query failed.
+  std::optional<std::vector<double>> Query(const std::string& promql) {
+    httplib::Client client("127.0.0.1", prometheus_port_);
+    client.set_connection_timeout(1, 0);
+    client.set_read_timeout(5, 0);
+    auto res = client.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
+    if (!res || res->status != 200) return std::nullopt;
+    const nlohmann::json body = nlohmann::json::parse(res->body, nullptr, false);
+    if (body.is_discarded() || body.value("status", "") != "success") return std::nullopt;
+    std::vector<double> values;
+    for (const nlohmann::json& series : body["data"]["result"]) {
+      values.push_back(std::stod(series["value"][1].get<std::string>()));
+    }
+    return values;
+  }
+
+  // Polls `promql` for up to `timeout` until it returns exactly one series with value `want`;
+  // returns the last result seen.
+  std::optional<std::vector<double>> QueryUntil(const std::string& promql, double want,
+                                                Clock::duration timeout) {
+    std::optional<std::vector<double>> got;
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      got = Query(promql);
+      if (got && got->size() == 1 && (*got)[0] == want) break;
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+    return got;
+  }
+
+  std::string TinyserveMetrics() {
+    httplib::Client client("127.0.0.1", tinyserve_port_);
+    client.set_read_timeout(5, 0);
+    auto res = client.Get("/metrics");
+    return res && res->status == 200 ? res->body : "";
+  }
+
+  std::string binary_, model_, prometheus_, dir_, tinyserve_log_, prometheus_log_;
+  std::unique_ptr<ChildProcess> tinyserve_process_, prometheus_process_;
+  int tinyserve_port_ = 0, prometheus_port_ = 0;
+};
+
+TEST_F(PrometheusScrapeTest, QueryApiReportsPreemptionsAfterPreemptionHeavyLoad) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyserve());
+  ASSERT_NO_FATAL_FAILURE(StartPrometheus());
+  const std::string up =
+      "up{job=\"tinyserve\",instance=\"127.0.0.1:" + std::to_string(tinyserve_port_) + "\"}";
+  const std::string preemptions = "vllm:num_preemptions_total{model_name=\"tiny\",engine=\"0\"}";
+
+  // Prometheus has scraped the idle server before the load: the target is up, no preemptions yet.
+  auto before = QueryUntil(up, 1, seconds(15));
+  ASSERT_TRUE(before && before->size() == 1 && (*before)[0] == 1) << "the target is not up\n"
+                                                                  << ReadFile(prometheus_log_);
+  before = QueryUntil(preemptions, 0, seconds(5));
+  ASSERT_TRUE(before && before->size() == 1 && (*before)[0] == 0) << ReadFile(prometheus_log_);
+
+  // 40 concurrent requests of ~30 + 200 tokens need ~600 blocks' worth of tokens at their peak;
+  // the cache holds 640 tokens in all, so the scheduler preempts (and recomputes) over and over.
+  const std::string body = nlohmann::json{
+      {"model", "tiny"},
+      {"prompt",
+       "Once upon a time there was a little girl named Lily. She loved to play "
+       "outside in the park with her friends every day."},
+      {"max_tokens", kMaxTokens},
+      {"temperature", 0},
+      {"ignore_eos", true}}.dump();
+  std::vector<int> statuses(kNumRequests, 0);
+  std::vector<std::string> bodies(kNumRequests);
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kNumRequests; ++i) {
+      clients.emplace_back([&, i] {
+        httplib::Client client("127.0.0.1", tinyserve_port_);
+        client.set_connection_timeout(5, 0);
+        client.set_read_timeout(60, 0);
+        auto res = client.Post("/v1/completions", body, "application/json");
+        if (!res) {
+          bodies[i] = httplib::to_string(res.error());
+          return;
+        }
+        statuses[i] = res->status;
+        bodies[i] = res->body;
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  for (int i = 0; i < kNumRequests; ++i) {
+    ASSERT_EQ(statuses[i], 200) << i << ": " << bodies[i];
+    const nlohmann::json done = nlohmann::json::parse(bodies[i]);
+    EXPECT_EQ(done["usage"]["completion_tokens"], kMaxTokens) << i;
+  }
+
+  // tinyserve's own count, once nothing runs or waits (no step can change it any more).
+  const std::string labels = "{engine=\"0\",model_name=\"tiny\"}";
+  std::optional<double> served;
+  for (const auto deadline = Clock::now() + seconds(10); Clock::now() < deadline;) {
+    const std::string text = TinyserveMetrics();
+    if (SampleValue(text, "vllm:num_requests_running" + labels) == 0.0 &&
+        SampleValue(text, "vllm:num_requests_waiting" + labels) == 0.0) {
+      served = SampleValue(text, "vllm:num_preemptions_total" + labels);
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_TRUE(served.has_value()) << "tinyserve did not become idle:\n" << TinyserveMetrics();
+  ASSERT_GT(*served, 0) << "the load preempted nothing; the test needs a smaller KV cache";
+
+  // Prometheus' query API catches up with it within a few scrapes.
+  const auto scraped = QueryUntil(preemptions, *served, seconds(20));
+  ASSERT_TRUE(scraped.has_value()) << "the query API failed\n" << ReadFile(prometheus_log_);
+  ASSERT_EQ(scraped->size(), 1u) << ReadFile(prometheus_log_);
+  EXPECT_GT((*scraped)[0], 0);
+  EXPECT_EQ((*scraped)[0], *served);
+  std::printf("vllm:num_preemptions_total: %g on /metrics, %g from Prometheus' query API\n",
+              *served, (*scraped)[0]);
+  const auto still_up = Query(up);
+  ASSERT_TRUE(still_up && still_up->size() == 1);
+  EXPECT_EQ((*still_up)[0], 1);
+}
+
+}  // namespace
+}  // namespace tinyserve
