@@ -10,36 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/noop_executor.h"
 #include "engine/clock.h"
 #include "engine/engine_core.h"
 #include "engine/model_executor.h"
 
 namespace tinyserve {
 namespace {
-
-// Returns constant logits for every sampled row: no compute, so the step time is the engine's.
-class NoopExecutor : public ModelExecutor {
- public:
-  NoopExecutor(int32_t num_blocks, int32_t block_size, int32_t vocab, int32_t max_model_len)
-      : num_blocks_(num_blocks), block_size_(block_size), vocab_(vocab), max_len_(max_model_len) {}
-  StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override {
-    ExecutorOutput out;
-    out.vocab_size = vocab_;
-    const int32_t num_sampled = batch.num_sampled();
-    out.logits.assign(static_cast<size_t>(num_sampled) * vocab_, 0.0f);
-    for (int32_t r = 0; r < num_sampled; ++r) {
-      out.logits[static_cast<size_t>(r) * vocab_ + (r % vocab_)] = 1.0f;
-    }
-    return out;
-  }
-  int32_t num_kv_blocks() const override { return num_blocks_; }
-  int32_t block_size() const override { return block_size_; }
-  int32_t vocab_size() const override { return vocab_; }
-  int32_t max_model_len() const override { return max_len_; }
-
- private:
-  int32_t num_blocks_, block_size_, vocab_, max_len_;
-};
 
 int Run(int argc, char** argv) {
   const int32_t num_requests = argc > 1 ? std::atoi(argv[1]) : 256;
