@@ -131,24 +131,35 @@ bool EngineCore::DrainInbox(double now) {
 }
 
 void EngineCore::DispatchEvents() {
+  // Every stream first gets all of its outputs of this step, then each consumer is woken once:
+  // no consumer wakes for a half-delivered step (a token and then its finish), and the engine
+  // thread is not switched out to a woken consumer while other streams still wait for their
+  // tokens.
+  to_notify_.clear();
   for (const EventRecord& rec : scheduler_.events()) {
     Request& req = *rec.request;
     if (req.stream != nullptr) {
+      RequestStream& stream = *req.stream;
       switch (rec.event.type) {
         case EventType::kNewTokens:
-          req.stream->PushToken(req.token_ids.back(), rec.event.ts,
-                                req.sampling.logprobs ? &logprobs_[rec.sampled_row] : nullptr);
+          stream.PushToken(req.token_ids.back(), rec.event.ts,
+                           req.sampling.logprobs ? &logprobs_[rec.sampled_row] : nullptr,
+                           /*notify=*/false);
           break;
         case EventType::kFinished:
-          req.stream->Finish(rec.event, req.stop_token_id, req.error_message);
+          stream.Finish(rec.event, req.stop_token_id, req.error_message, /*notify=*/false);
           break;
         default:
-          req.stream->PushEvent(rec.event);
+          stream.PushEvent(rec.event, /*notify=*/false);
           break;
       }
+      // A request's events of one step are consecutive: this skips its repeats.
+      if (to_notify_.empty() || to_notify_.back() != &stream) to_notify_.push_back(&stream);
     }
     for (EngineObserver* observer : observers_) observer->OnRequestEvent(req, rec.event);
   }
+  // The records (and so their requests and streams) stay alive until ClearEvents().
+  for (RequestStream* stream : to_notify_) stream->Notify();
   scheduler_.ClearEvents();
 }
 

@@ -113,6 +113,7 @@ class EngineCore {
   Sampler sampler_;
   std::vector<int32_t> sampled_;                // [num_sampled] tokens of the current step
   std::vector<TokenLogprobs> logprobs_;         // [num_sampled] when asked
+  std::vector<RequestStream*> to_notify_;       // DispatchEvents(): the streams to wake
   std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
 
   // Shared with frontends.

@@ -67,26 +67,27 @@ bool RequestStream::is_done() const {
   return finish_handed_out_;
 }
 
-void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs) {
+void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs,
+                              bool notify) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.token_ids.push_back(token_id);
     pending_.token_ts.push_back(ts);
     if (logprobs != nullptr) pending_.logprobs.push_back(*logprobs);
   }
-  cv_.notify_all();
+  if (notify) cv_.notify_all();
 }
 
-void RequestStream::PushEvent(const RequestEvent& event) {
+void RequestStream::PushEvent(const RequestEvent& event, bool notify) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.events.push_back(event);
   }
-  cv_.notify_all();
+  if (notify) cv_.notify_all();
 }
 
 void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
-                           const std::string& error_message) {
+                           const std::string& error_message, bool notify) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.events.push_back(finished);
@@ -95,7 +96,7 @@ void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> 
     pending_.stop_token_id = stop_token_id;
     pending_.error_message = error_message;
   }
-  cv_.notify_all();
+  if (notify) cv_.notify_all();
 }
 
 }  // namespace tinyserve

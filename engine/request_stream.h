@@ -56,11 +56,16 @@ class RequestStream {
   // Returns true iff the finish has been handed out.
   bool is_done() const;
 
-  // Producer side (engine thread).
-  void PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs);
-  void PushEvent(const RequestEvent& event);  // REQUIRES: event.type != kFinished, kNewTokens
+  // Producer side (engine thread). Each call wakes a waiting consumer unless `notify` is false;
+  // then the producer calls Notify() once after its batch of pushes (EngineCore: once per stream
+  // per step, after every stream of the step has its outputs).
+  void PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs, bool notify = true);
+  // REQUIRES: event.type != kFinished, kNewTokens
+  void PushEvent(const RequestEvent& event, bool notify = true);
   void Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
-              const std::string& error_message);
+              const std::string& error_message, bool notify = true);
+  // Wakes the consumer if it waits in Next() (cheap when nobody waits: no system call).
+  void Notify() { cv_.notify_all(); }
 
  private:
   bool TakeLocked(RequestOutput* out);

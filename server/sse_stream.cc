@@ -39,11 +39,17 @@ bool SseStream::Pump(httplib::DataSink& sink) {
     last_write_s_ = SteadySeconds();
     OnStart(&out);
   }
-  if (watch_.IsPeerClosed()) {
-    job_->Abort();
-    return false;
+  // The watch costs a system call: while tokens flow (one provider call per engine step) look
+  // at most every kPollSeconds; an idle stream comes back here every kPollSeconds anyway.
+  const double start = SteadySeconds();
+  if (start - last_watch_s_ >= kPollSeconds) {
+    last_watch_s_ = start;
+    if (watch_.IsPeerClosed()) {
+      job_->Abort();
+      return false;
+    }
   }
-  const double wait = std::min(kPollSeconds, kPingSeconds - (SteadySeconds() - last_write_s_));
+  const double wait = std::min(kPollSeconds, kPingSeconds - (start - last_write_s_));
   updates_.clear();
   job_->Poll(out.empty() && wait > 0 ? wait : 0.0, &updates_);
   for (const ChoiceUpdate& u : updates_) OnUpdate(u, &out);

@@ -1,13 +1,14 @@
 // SseStream: writes one GenerationJob as a Server-Sent-Events response (DESIGN §6), through
 // cpp-httplib's chunked content provider.
 //
-// Each provider call: if the client is gone (ConnectionWatch, or a failed write) the job is
-// aborted and the response ends; else it waits up to 20 ms for output, turns every update into
-// `data: {json}\n\n` chunks (the subclass' OnUpdate), and when every choice has finished, writes
-// OnFinish()'s chunks (the usage chunk) and `data: [DONE]\n\n`. When nothing has been written for
-// 100 ms (waiting for the first token during a long prefill, or while preempted) it writes the
-// SSE comment `: ping\n\n`, so that a vanished client is also noticed by a failed write where the
-// socket watch is unavailable. The releaser aborts the job if the response did not complete.
+// Each provider call: if the client is gone (ConnectionWatch, looked at most every 20 ms, or a
+// failed write) the job is aborted and the response ends; else it waits up to 20 ms for output,
+// turns every update into `data: {json}\n\n` chunks (the subclass' OnUpdate), and when every
+// choice has finished, writes OnFinish()'s chunks (the usage chunk) and `data: [DONE]\n\n`. When
+// nothing has been written for 100 ms (waiting for the first token during a long prefill, or
+// while preempted) it writes the SSE comment `: ping\n\n`, so that a vanished client is also
+// noticed by a failed write where the socket watch is unavailable. The releaser aborts the job if
+// the response did not complete.
 //
 // Runs on the HTTP worker thread that serves the connection; single-owner.
 #pragma once
@@ -55,6 +56,7 @@ class SseStream {
   ConnectionWatch watch_;
   bool started_ = false;
   double last_write_s_ = 0.0;  // steady seconds of the last write
+  double last_watch_s_ = 0.0;  // steady seconds of the last ConnectionWatch check
   std::vector<ChoiceUpdate> updates_;
 };
 

@@ -58,6 +58,7 @@ class RawClient {
     fd_ = -1;
   }
   const std::string& received() const { return received_; }
+  int fd() const { return fd_; }
 
  private:
   size_t CountChunks() const {
