@@ -70,9 +70,9 @@ int RunBenchThroughput(const BenchThroughputFlags& f) {
   if (!path.ok()) return fail(path.status());
   auto weights = LoadLlama2cCheckpoint(*path);
   if (!weights.ok()) return fail(weights.status());
-  const ModelConfig& config = (*weights)->config;
+  const ModelConfig config = (*weights)->config;  // by value: the weights move to the runner
   Log("model " + *path + " (" + config.Describe() + ")");
-  auto runner = CreateModelRunner(f.engine, *weights, f.num_prompts, &Log);
+  auto runner = CreateModelRunner(f.engine, std::move(*weights), f.num_prompts, &Log);
   if (!runner.ok()) return fail(runner.status());
   SteadyClock clock;
   EngineCore engine(MakeEngineConfig(f.engine, config), runner->get(), &clock);

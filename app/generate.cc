@@ -59,15 +59,15 @@ int RunGenerate(const GenerateFlags& f, const std::string& default_shared_dir) {
   };
   StatusOr<LoadedModel> model = ResolveAndLoadModel({f.model, f.tokenizer}, default_shared_dir);
   if (!model.ok()) return fail(model.status());
-  const ModelConfig& config = model->weights->config;
+  const ModelConfig config = model->weights->config;  // by value: the weights move to the runner
   std::fprintf(stderr, "tinyserve: model %s (%s), tokenizer %s\n", model->model_path.c_str(),
                config.Describe().c_str(), model->tokenizer_path.c_str());
 
   std::vector<std::string> prompts = f.prompts;
   if (prompts.empty()) prompts.push_back("");
 
-  auto runner =
-      CreateModelRunner(f.engine, model->weights, static_cast<int64_t>(prompts.size()), &Log);
+  auto runner = CreateModelRunner(f.engine, std::move(model->weights),
+                                  static_cast<int64_t>(prompts.size()), &Log);
   if (!runner.ok()) return fail(runner.status());
   const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
   SteadyClock clock;

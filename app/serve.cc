@@ -128,14 +128,14 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
 
   StatusOr<LoadedModel> model = ResolveAndLoadModel({f.model, f.tokenizer}, default_shared_dir);
   if (!model.ok()) return fail(model.status());
-  const ModelConfig& config = model->weights->config;
+  const ModelConfig config = model->weights->config;  // by value: the weights move to the runner
   Log("model " + model->model_path + " (" + config.Describe() + "), tokenizer " +
       model->tokenizer_path);
   const std::string served_model_name =
       f.served_model_name.empty() ? std::filesystem::path(model->model_path).stem().string()
                                   : f.served_model_name;
 
-  auto runner = CreateModelRunner(f.engine, model->weights, f.engine.max_num_seqs, &Log);
+  auto runner = CreateModelRunner(f.engine, std::move(model->weights), f.engine.max_num_seqs, &Log);
   if (!runner.ok()) return fail(runner.status());
   const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
   SteadyClock clock;

@@ -10,7 +10,10 @@ int64_t ModelRunner::KvBytesPerToken(const ModelConfig& c) {
 
 ModelRunner::ModelRunner(std::shared_ptr<const LlamaWeights> weights,
                          std::unique_ptr<Backend> backend, const ModelRunnerOptions& options)
-    : weights_(std::move(weights)), backend_(std::move(backend)), options_(options) {}
+    : config_(weights->config),
+      weights_(std::move(weights)),
+      backend_(std::move(backend)),
+      options_(options) {}
 
 ModelRunner::~ModelRunner() {
   // Buffers must go before the backend that allocated them.
@@ -46,7 +49,6 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
 }
 
 const float* ModelRunner::Upload(const std::vector<float>& host) {
-  if (backend_->is_host()) return host.data();
   DeviceBuffer buf(backend_.get(), host.size() * sizeof(float));
   if (!buf.ok()) return nullptr;
   backend_->CopyToDevice(buf.as<void>(), host.data(), host.size() * sizeof(float));
@@ -84,12 +86,13 @@ Status ModelRunner::Init() {
     p.v_cache = p.k_cache + per_layer_floats / 2;
     layers_.push_back(p);
   }
+  weights_.reset();  // the backend holds the copy now
   return Status::Ok();
 }
 
 Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_t num_sampled,
                                     int32_t table_entries) {
-  const ModelConfig& c = weights_->config;
+  const ModelConfig& c = config_;
   Backend* b = backend_.get();
   auto grow = [&](DeviceBuffer& buf, size_t bytes) {
     if (buf.bytes() < bytes) buf = DeviceBuffer(b, bytes);
@@ -130,7 +133,7 @@ Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_
 
 StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   TS_RETURN_IF_ERROR(batch.Validate(options_.num_kv_blocks, options_.block_size));
-  const ModelConfig& c = weights_->config;
+  const ModelConfig& c = config_;
   const int32_t n = batch.num_tokens();
   const int32_t num_seqs = batch.num_seqs();
   for (int32_t t = 0; t < n; ++t) {

@@ -1,6 +1,6 @@
 // ModelRunner: the ModelExecutor over a Llama-family model on one Backend (DESIGN §2, §7).
 //
-// It owns the backend, the device copy of the weights, the paged KV cache
+// It owns the backend, its own copy of the weights in backend memory, the paged KV cache
 // (per layer K and V [num_kv_blocks, block_size, num_kv_heads, head_dim] fp32) and the activation
 // workspace, and runs one ScheduledBatch per Execute(): every sequence of the batch is a prefill
 // chunk over its cached prefix or one decode token; logits come back for the sequences that
@@ -36,10 +36,10 @@ class ModelRunner final : public ModelExecutor {
 
   int32_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
-  int32_t vocab_size() const override { return weights_->config.vocab_size; }
+  int32_t vocab_size() const override { return config_.vocab_size; }
   int32_t max_model_len() const override { return options_.max_model_len; }
 
-  const ModelConfig& config() const { return weights_->config; }
+  const ModelConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
 
   // Bytes of KV cache one token occupies (all layers, K and V, fp32).
@@ -64,6 +64,9 @@ class ModelRunner final : public ModelExecutor {
   Status EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_t num_sampled,
                          int32_t max_blocks_per_seq);
 
+  const ModelConfig config_;
+  // Held only until Init() has copied the weights into the backend's memory (which, on the CPU,
+  // is 2 MiB-aligned and backed by huge pages); dropped after, so the runner keeps one copy.
   std::shared_ptr<const LlamaWeights> weights_;
   std::unique_ptr<Backend> backend_;
   ModelRunnerOptions options_;
