@@ -68,6 +68,8 @@ StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
   req->priority = in.priority;
   req->arrival_ts = in.arrival_ts;
   req->eos_token_id = in.eos_token_id ? in.eos_token_id : eos_token_id_;
+  req->params_n = in.params_n;
+  req->reports_params_n = in.reports_params_n;
   req->token_ids = std::move(in.prompt_token_ids);
   req->num_prompt_tokens = num_prompt;
   // Reserve here, on the frontend's thread, so the engine thread never reallocates them.

@@ -29,6 +29,10 @@ struct EngineRequest {
   double arrival_ts = 0.0;  // the engine Clock's time when the frontend received the request
   int32_t priority = 0;     // priority policy only: lower value = more important
   std::optional<int32_t> eos_token_id;  // nullopt: the engine's default EOS
+  // A client request with n > 1 is n engine requests; each carries the client's n, and exactly
+  // one of them (`reports_params_n`) reports it to vllm:request_params_n when it finishes.
+  int32_t params_n = 1;
+  bool reports_params_n = true;
 };
 
 enum class RequestStatus : uint8_t { kWaiting, kRunning, kPreempted, kFinished };
@@ -41,7 +45,9 @@ struct Request {
   double arrival_ts = 0.0;
   int64_t arrival_seq = 0;  // order of acceptance by the engine; tie-breaker after arrival_ts
   std::optional<int32_t> eos_token_id;
-  uint64_t seed = 0;  // the sampling seed (SamplingParams::seed or drawn at submit)
+  int32_t params_n = 1;          // see EngineRequest
+  bool reports_params_n = true;  // see EngineRequest
+  uint64_t seed = 0;             // the sampling seed (SamplingParams::seed or drawn at submit)
   std::shared_ptr<RequestStream> stream;  // where outputs go; may be null in scheduler tests
 
   // Tokens: [num_tokens()] = prompt then outputs.

@@ -52,7 +52,7 @@ void MetricsObserver::OnFinished(const Request& request, const RequestTimeline& 
   m.request_prompt_tokens.Observe(request.num_prompt_tokens);
   m.request_generation_tokens.Observe(timeline.num_generation_tokens);
   m.request_max_tokens.Observe(request.sampling.max_tokens);
-  m.request_n.Observe(1);  // one sequence per engine request
+  if (request.reports_params_n) m.request_n.Observe(request.params_n);  // once per client request
   m.request_num_preemptions.Observe(timeline.num_preemptions);
   if (timeline.finish_reason != FinishReason::kNone) {
     m.request_success[FinishReasonIndex(timeline.finish_reason)]->Increment();

@@ -23,6 +23,8 @@ protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
     req.sampling = spec.params;
     req.arrival_ts = arrival_ts;
     req.priority = fields.priority;
+    req.params_n = fields.n;
+    req.reports_params_n = spec.index % fields.n == 0;  // choice 0 of its prompt
     const int32_t last_prompt_token = spec.prompt_ids.back();
     auto choice =
         std::make_unique<Choice>(std::move(spec), req.request_id,

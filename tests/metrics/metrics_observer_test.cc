@@ -277,3 +277,28 @@ TEST_F(MetricsObserverTest, ManyConcurrentRequestsLeaveNoState) {
 
 }  // namespace
 }  // namespace tinyserve::testing
+
+namespace tinyserve::testing {
+namespace {
+
+// A client request with n = 3 is three engine requests; vllm:request_params_n gets one sample of 3.
+TEST(MetricsObserverParamsNTest, OneSamplePerClientRequest) {
+  PrometheusMetrics metrics{TestMetricsConfig()};
+  MetricsObserver observer{&metrics};
+  SyntheticEngine engine{&observer};
+  for (int j = 0; j < 3; ++j) {
+    Request* r = engine.NewRequest("c" + std::to_string(j), 0.0, 4, 1);
+    r->params_n = 3;
+    r->reports_params_n = j == 0;
+    engine.Queued(r, 0.0);
+    engine.Scheduled(r, 1.0);
+    engine.Token(r, 2.0);
+    engine.Finished(r, 2.0, FinishReason::kLength);
+  }
+  engine.Step(1.0, 3, 0);
+  EXPECT_EQ(Read(metrics.request_n).count, 1u);
+  EXPECT_EQ(Read(metrics.request_n).sum, 3.0);
+}
+
+}  // namespace
+}  // namespace tinyserve::testing
