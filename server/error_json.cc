@@ -2,42 +2,16 @@
 
 #include <httplib.h>
 
+#include "server/protocol/api_error.h"
+
 namespace tinyserve {
 
+// One table for the whole server: the protocol layer's.
 const char* ErrorTypeForHttpStatus(int http_status) {
-  switch (http_status) {
-    case 400:
-      return "BadRequestError";
-    case 401:
-      return "AuthenticationError";
-    case 404:
-      return "NotFoundError";
-    case 405:
-      return "MethodNotAllowedError";
-    case 413:
-      return "RequestEntityTooLargeError";
-    case 503:
-      return "ServiceUnavailableError";
-    default:
-      return "InternalServerError";
-  }
+  return protocol::ApiErrorTypeFor(http_status);
 }
 
-int HttpStatusFor(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-      return 400;
-    case StatusCode::kNotFound:
-      return 404;
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kUnavailable:
-    case StatusCode::kAborted:
-      return 503;
-    default:
-      return 500;
-  }
-}
+int HttpStatusFor(const Status& status) { return protocol::HttpStatusForCode(status.code()); }
 
 nlohmann::ordered_json ErrorJson(int http_status, const std::string& message,
                                  const std::optional<std::string>& param, const std::string& type) {
