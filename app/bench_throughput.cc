@@ -15,18 +15,6 @@
 namespace tinyserve {
 namespace {
 
-void Log(const std::string& line) { std::fprintf(stderr, "tinyserve: %s\n", line.c_str()); }
-
-class StepCounter final : public EngineObserver {
- public:
-  void OnRequestEvent(const Request&, const RequestEvent&) override {}
-  void OnStep(const SchedulerStats& s) override {
-    ++steps;
-    preemptions += s.num_preemptions;
-  }
-  int64_t steps = 0, preemptions = 0;
-};
-
 StatusOr<std::string> ResolveBenchModel(const BenchThroughputFlags& f) {
   if (!f.model.empty()) return f.model;
   const auto preset = FindModelPreset(f.preset);
@@ -37,7 +25,7 @@ StatusOr<std::string> ResolveBenchModel(const BenchThroughputFlags& f) {
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/" + preset->name + "-seed1.bin";
   if (!LoadLlama2cCheckpoint(path).ok()) {
-    Log("writing " + path + " (random weights, seed 1)");
+    LogLine("writing " + path + " (random weights, seed 1)");
     TS_RETURN_IF_ERROR(WriteRandomLlama2cCheckpoint(path, preset->header, 1));
   }
   return path;
@@ -71,12 +59,12 @@ int RunBenchThroughput(const BenchThroughputFlags& f) {
   auto weights = LoadLlama2cCheckpoint(*path);
   if (!weights.ok()) return fail(weights.status());
   const ModelConfig config = (*weights)->config;  // by value: the weights move to the runner
-  Log("model " + *path + " (" + config.Describe() + ")");
-  auto runner = CreateModelRunner(f.engine, std::move(*weights), f.num_prompts, &Log);
+  LogLine("model " + *path + " (" + config.Describe() + ")");
+  auto runner = CreateModelRunner(f.engine, std::move(*weights), f.num_prompts, &LogLine);
   if (!runner.ok()) return fail(runner.status());
   SteadyClock clock;
   EngineCore engine(MakeEngineConfig(f.engine, config), runner->get(), &clock);
-  StepCounter counter;
+  StepTotals counter;
   engine.AddObserver(&counter);
 
   const int32_t max_len = engine.max_model_len();

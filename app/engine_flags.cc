@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdio>
 
 #include "app/device_select.h"
 
@@ -66,6 +67,8 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
   }
   return runner;
 }
+
+void LogLine(const std::string& line) { std::fprintf(stderr, "tinyserve: %s\n", line.c_str()); }
 
 EngineConfig MakeEngineConfig(const EngineFlags& f, const ModelConfig& config) {
   EngineConfig c;

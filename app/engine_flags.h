@@ -47,4 +47,23 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
 // The engine configuration the flags describe; EOS is the model's first stop token.
 EngineConfig MakeEngineConfig(const EngineFlags& flags, const ModelConfig& config);
 
+// Writes "tinyserve: LINE" to stderr: the commands' one log format.
+void LogLine(const std::string& line);
+
+// Sums the engine's per-step stats for the commands' summary lines. Engine thread only.
+class StepTotals final : public EngineObserver {
+ public:
+  void OnRequestEvent(const Request&, const RequestEvent&) override {}
+  void OnStep(const SchedulerStats& s) override {
+    ++steps;
+    preemptions += s.num_preemptions;
+    prompt_tokens += s.num_prompt_tokens;
+    generation_tokens += s.num_generation_tokens;
+    cache_queries += s.prefix_cache_queries;
+    cache_hits += s.prefix_cache_hits;
+  }
+  int64_t steps = 0, preemptions = 0, prompt_tokens = 0, generation_tokens = 0, cache_queries = 0,
+          cache_hits = 0;
+};
+
 }  // namespace tinyserve

@@ -10,28 +10,6 @@
 #include "models/model_loader.h"
 
 namespace tinyserve {
-namespace {
-
-void Log(const std::string& line) { std::fprintf(stderr, "tinyserve: %s\n", line.c_str()); }
-
-// Sums what the summary line reports, from the engine's per-step stats.
-class SummaryObserver final : public EngineObserver {
- public:
-  void OnRequestEvent(const Request&, const RequestEvent&) override {}
-  void OnStep(const SchedulerStats& s) override {
-    preemptions += s.num_preemptions;
-    prompt_tokens += s.num_prompt_tokens;
-    generation_tokens += s.num_generation_tokens;
-    cache_queries += s.prefix_cache_queries;
-    cache_hits += s.prefix_cache_hits;
-    ++steps;
-  }
-  int64_t preemptions = 0, prompt_tokens = 0, generation_tokens = 0, cache_queries = 0,
-          cache_hits = 0, steps = 0;
-};
-
-}  // namespace
-
 CLI::App* AddGenerateCommand(CLI::App& app, GenerateFlags& f) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate completions for prompts (offline)");
   cmd->add_option("--model", f.model,
@@ -67,12 +45,12 @@ int RunGenerate(const GenerateFlags& f, const std::string& default_shared_dir) {
   if (prompts.empty()) prompts.push_back("");
 
   auto runner = CreateModelRunner(f.engine, std::move(model->weights),
-                                  static_cast<int64_t>(prompts.size()), &Log);
+                                  static_cast<int64_t>(prompts.size()), &LogLine);
   if (!runner.ok()) return fail(runner.status());
   const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
   SteadyClock clock;
   EngineCore engine(engine_config, runner->get(), &clock);
-  SummaryObserver summary;
+  StepTotals summary;
   engine.AddObserver(&summary);
 
   const Tokenizer& tok = *model->tokenizer;

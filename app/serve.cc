@@ -24,8 +24,6 @@
 namespace tinyserve {
 namespace {
 
-void Log(const std::string& line) { std::fprintf(stderr, "tinyserve: %s\n", line.c_str()); }
-
 // SIGINT/SIGTERM handling. Both are blocked in every thread RunServe starts, and the main thread
 // takes them with sigtimedwait(). Threads that libraries started before (OpenBLAS's pool) do not
 // block them, so a handler that only counts is installed too: without it a signal delivered to
@@ -129,13 +127,14 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   StatusOr<LoadedModel> model = ResolveAndLoadModel({f.model, f.tokenizer}, default_shared_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig config = model->weights->config;  // by value: the weights move to the runner
-  Log("model " + model->model_path + " (" + config.Describe() + "), tokenizer " +
-      model->tokenizer_path);
+  LogLine("model " + model->model_path + " (" + config.Describe() + "), tokenizer " +
+          model->tokenizer_path);
   const std::string served_model_name =
       f.served_model_name.empty() ? std::filesystem::path(model->model_path).stem().string()
                                   : f.served_model_name;
 
-  auto runner = CreateModelRunner(f.engine, std::move(model->weights), f.engine.max_num_seqs, &Log);
+  auto runner =
+      CreateModelRunner(f.engine, std::move(model->weights), f.engine.max_num_seqs, &LogLine);
   if (!runner.ok()) return fail(runner.status());
   const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
   SteadyClock clock;
@@ -149,7 +148,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   metrics_config.enable_prefix_caching = f.engine.enable_prefix_caching;
   PrometheusMetrics metrics(metrics_config);
   MetricsObserver metrics_observer(&metrics);
-  StatsLogger stats_logger(&clock, &Log);
+  StatsLogger stats_logger(&clock, &LogLine);
   engine.AddObserver(&metrics_observer);
   engine.AddObserver(&stats_logger);
   std::unique_ptr<TraceWriter> trace;
@@ -158,7 +157,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     if (!opened.ok()) return fail(opened.status());
     trace = std::move(opened).value();
     engine.AddObserver(trace.get());
-    Log("writing the request trace to " + f.trace_file);
+    LogLine("writing the request trace to " + f.trace_file);
   }
 
   HttpServerOptions server_options;
@@ -181,18 +180,18 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   engine.Start();
   Status serve_status;
   std::thread http_thread([&] { serve_status = server.Serve(); });
-  Log("serving " + served_model_name + " on http://" + f.host + ":" +
-      std::to_string(server.port()) + " (OpenAI API at /v1, GET /health, GET /metrics)" +
-      (f.api_key.empty() ? "" : ", API key required on /v1"));
+  LogLine("serving " + served_model_name + " on http://" + f.host + ":" +
+          std::to_string(server.port()) + " (OpenAI API at /v1, GET /health, GET /metrics)" +
+          (f.api_key.empty() ? "" : ", API key required on /v1"));
 
   const int sig = WaitForShutdownSignal(signals, [&] { stats_logger.MaybeLog(); });
-  Log(std::string("shutting down on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  LogLine(std::string("shutting down on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
   // New generation requests get 503; in-flight ones get the grace period, then are aborted (the
   // engine finishes them with reason abort, and their responses end cleanly).
   server.Drain();
   if (!WaitUntilIdle(server, signals, f.shutdown_timeout_s)) {
-    Log(std::to_string(server.num_in_flight()) + " requests still running (grace period " +
-        std::to_string(f.shutdown_timeout_s) + " s over, or signalled again): aborting them");
+    LogLine(std::to_string(server.num_in_flight()) + " requests still running (grace period " +
+            std::to_string(f.shutdown_timeout_s) + " s over, or signalled again): aborting them");
     engine.Stop();
     WaitUntilIdle(server, signals, 5.0, 0.0);
   }
@@ -203,7 +202,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     if (Status s = trace->Close(); !s.ok()) return fail(s);
   }
   if (!serve_status.ok()) return fail(serve_status);
-  Log("stopped");
+  LogLine("stopped");
   return 0;
 }
 

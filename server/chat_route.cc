@@ -138,14 +138,8 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     return;
   }
 
-  std::vector<ChoiceUpdate> updates;
-  while (!job->finished()) {
-    if (watch.IsPeerClosed()) {
-      job->Abort();
-      return SendError(res, ApiError::Make(499, "The client closed the connection."));
-    }
-    updates.clear();
-    job->Poll(kWaitSeconds, &updates);
+  if (!job->WaitUntilFinished(watch, kWaitSeconds)) {
+    return SendError(res, ApiError::Make(499, "The client closed the connection."));
   }
   std::vector<protocol::ChatChoice> choices;
   protocol::Usage usage{num_prompt_tokens, 0};

@@ -159,14 +159,8 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     return;
   }
 
-  std::vector<ChoiceUpdate> updates;
-  while (!job->finished()) {
-    if (watch.IsPeerClosed()) {
-      job->Abort();
-      return SendError(res, ApiError::Make(499, "The client closed the connection."));
-    }
-    updates.clear();
-    job->Poll(kWaitSeconds, &updates);
+  if (!job->WaitUntilFinished(watch, kWaitSeconds)) {
+    return SendError(res, ApiError::Make(499, "The client closed the connection."));
   }
   std::vector<protocol::CompletionChoice> choices;
   protocol::Usage usage;

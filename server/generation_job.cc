@@ -57,6 +57,19 @@ void GenerationJob::Abort() {
   }
 }
 
+bool GenerationJob::WaitUntilFinished(const ConnectionWatch& watch, double poll_s) {
+  std::vector<ChoiceUpdate> updates;
+  while (!finished()) {
+    if (watch.IsPeerClosed()) {
+      Abort();
+      return false;
+    }
+    updates.clear();
+    Poll(poll_s, &updates);
+  }
+  return true;
+}
+
 void GenerationJob::LeaveWaiting(Choice& c) {
   if (c.left_waiting) return;
   c.left_waiting = true;

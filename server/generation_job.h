@@ -24,6 +24,7 @@
 #include "engine/sampler.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
+#include "server/connection_watch.h"
 #include "server/protocol/api_error.h"
 #include "server/protocol/choice_stream.h"
 #include "server/protocol/sampling_fields.h"
@@ -85,6 +86,9 @@ class GenerationJob {
   bool has_output() const { return has_output_; }
   // Finishes every unfinished engine request with reason abort.
   void Abort();
+  // For a non-streaming response: polls (`poll_s` at a time) until every choice has finished.
+  // Returns false, after Abort(), iff `watch` saw the client go away first.
+  bool WaitUntilFinished(const ConnectionWatch& watch, double poll_s);
 
   const std::vector<std::unique_ptr<Choice>>& choices() const { return choices_; }
 
