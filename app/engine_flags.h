@@ -54,6 +54,7 @@ void LogLine(const std::string& line);
 class StepTotals final : public EngineObserver {
  public:
   void OnRequestEvent(const Request&, const RequestEvent&) override {}
+  bool wants_every_token_event() const override { return false; }
   void OnStep(const SchedulerStats& s) override {
     ++steps;
     preemptions += s.num_preemptions;

@@ -158,7 +158,13 @@ void EngineCore::DispatchEvents() {
       // A request's events of one step are consecutive: this skips its repeats.
       if (to_notify_.empty() || to_notify_.back() != &stream) to_notify_.push_back(&stream);
     }
-    for (EngineObserver* observer : observers_) observer->OnRequestEvent(req, rec.event);
+    // A request's outputs after its first go only to the observers that want every token; the
+    // others see them summarized in the step's SchedulerStats (EngineObserver).
+    const bool later_output =
+        rec.event.type == EventType::kNewTokens && req.num_output_tokens() != rec.event.num_tokens;
+    for (EngineObserver* observer : later_output ? every_token_observers_ : observers_) {
+      observer->OnRequestEvent(req, rec.event);
+    }
   }
   // The records (and so their requests and streams) stay alive until ClearEvents().
   for (RequestStream* stream : to_notify_) stream->Notify();

@@ -61,7 +61,10 @@ class EngineCore {
   EngineCore& operator=(const EngineCore&) = delete;
 
   // REQUIRES: before Start() and the first Step(). `observer` must outlive the EngineCore.
-  void AddObserver(EngineObserver* observer) { observers_.push_back(observer); }
+  void AddObserver(EngineObserver* observer) {
+    observers_.push_back(observer);
+    if (observer->wants_every_token_event()) every_token_observers_.push_back(observer);
+  }
 
   // Queues a request for the next step and returns its stream. Returns InvalidArgument if the
   // request is malformed (empty id or prompt, prompt of max_model_len() tokens or more, a token id
@@ -107,6 +110,7 @@ class EngineCore {
   ModelExecutor* const executor_;
   const Clock* const clock_;
   std::vector<EngineObserver*> observers_;
+  std::vector<EngineObserver*> every_token_observers_;  // the observers_ that want every token
 
   // Engine thread state.
   Scheduler scheduler_;

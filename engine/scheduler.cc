@@ -277,6 +277,8 @@ void Scheduler::Update(const std::vector<int32_t>& sampled, double now) {
     if (!req->first_token_ts) {
       req->first_token_ts = now;
       stats_.num_prompt_tokens += req->num_prompt_tokens;
+    } else {
+      stats_.AddItlSample(now - req->last_token_ts);
     }
     req->last_token_ts = now;
     ++stats_.num_generation_tokens;

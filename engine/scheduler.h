@@ -101,10 +101,7 @@ class Scheduler {
   // This step's stats with the gauges filled in from the current state.
   const SchedulerStats& stats();
   // Zeroes this step's counters for a step that schedules nothing (Schedule() does it otherwise).
-  void ResetStats(double now) {
-    stats_ = SchedulerStats{};
-    stats_.ts = now;
-  }
+  void ResetStats(double now) { stats_.Reset(now); }
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }

@@ -10,8 +10,12 @@
 
 namespace tinyserve {
 
-MetricsObserver::MetricsObserver(PrometheusMetrics* metrics)
-    : metrics_(metrics), itl_bucket_counts_(metrics->token_latency_buckets().size() + 1, 0.0) {}
+MetricsObserver::MetricsObserver(PrometheusMetrics* metrics) : metrics_(metrics) {
+  pending_.itl_buckets.assign(metrics->token_latency_buckets().size() + 1, 0.0);
+  pending_.iteration_buckets.assign(metrics->iteration_tokens_buckets().size() + 1, 0.0);
+}
+
+MetricsObserver::~MetricsObserver() { PublishStepSamples(); }
 
 void MetricsObserver::OnRequestEvent(const Request& request, const RequestEvent& event) {
   RequestTimeline* found = live_.Find(&request);
@@ -20,16 +24,11 @@ void MetricsObserver::OnRequestEvent(const Request& request, const RequestEvent&
     found->arrival_ts = request.arrival_ts;
   }
   RequestTimeline& timeline = *found;
+  if (event.type == EventType::kFinished) timeline.TakeOutputsFrom(request);
   const RequestTimeline::TokenOutput out = timeline.Apply(event);
   switch (event.type) {
-    case EventType::kNewTokens:
-      if (out.is_first) {
-        metrics_->time_to_first_token.Observe(out.ttft);
-      } else {
-        itl_bucket_counts_[BucketIndex(metrics_->token_latency_buckets(), out.itl)] += 1.0;
-        itl_sum_ += out.itl;
-        has_itl_samples_ = true;
-      }
+    case EventType::kNewTokens:  // the request's first output (EngineObserver)
+      if (out.is_first) metrics_->time_to_first_token.Observe(out.ttft);
       break;
     case EventType::kFinished:
       OnFinished(request, timeline);
@@ -59,24 +58,43 @@ void MetricsObserver::OnFinished(const Request& request, const RequestTimeline& 
   }
 }
 
-void MetricsObserver::FlushTokenLatencies() {
-  if (!has_itl_samples_) return;
-  metrics_->inter_token_latency.ObserveMultiple(itl_bucket_counts_, itl_sum_);
-  std::fill(itl_bucket_counts_.begin(), itl_bucket_counts_.end(), 0.0);
-  itl_sum_ = 0.0;
-  has_itl_samples_ = false;
+void MetricsObserver::PublishStepSamples() {
+  if (!pending_.any) return;
+  PrometheusMetrics& m = *metrics_;
+  if (pending_.itl_count > 0) {
+    m.inter_token_latency.ObserveMultiple(pending_.itl_buckets, pending_.itl_sum);
+  }
+  if (pending_.iteration_steps > 0) {
+    m.iteration_tokens.ObserveMultiple(pending_.iteration_buckets, pending_.iteration_sum);
+  }
+  if (pending_.generation_tokens > 0) m.generation_tokens.Increment(pending_.generation_tokens);
+  std::fill(pending_.itl_buckets.begin(), pending_.itl_buckets.end(), 0.0);
+  std::fill(pending_.iteration_buckets.begin(), pending_.iteration_buckets.end(), 0.0);
+  pending_.itl_sum = pending_.iteration_sum = pending_.generation_tokens = 0.0;
+  pending_.itl_count = pending_.iteration_steps = 0;
+  pending_.any = false;
 }
+
+namespace {
+// Sets `gauge` to `value` unless the last value set was already `value`.
+void SetIfChanged(prometheus::Gauge& gauge, double value, double* last) {
+  if (value == *last) return;
+  gauge.Set(value);
+  *last = value;
+}
+}  // namespace
 
 void MetricsObserver::OnStep(const SchedulerStats& s) {
   PrometheusMetrics& m = *metrics_;
-  FlushTokenLatencies();
-  m.num_requests_running.Set(s.num_running);
-  m.num_requests_waiting.Set(s.num_waiting);
-  m.num_requests_preempted.Set(s.num_preempted_waiting);
-  m.kv_cache_usage_perc.Set(s.kv_cache_usage);
-  m.kv_cache_blocks[0]->Set(s.num_used_blocks);
-  m.kv_cache_blocks[1]->Set(s.num_cached_blocks);
-  m.kv_cache_blocks[2]->Set(s.num_free_blocks);
+  // Gauges: the state after the step (set only when it changed; a steady step changes few).
+  SetIfChanged(m.num_requests_running, s.num_running, &last_gauges_[0]);
+  SetIfChanged(m.num_requests_waiting, s.num_waiting, &last_gauges_[1]);
+  SetIfChanged(m.num_requests_preempted, s.num_preempted_waiting, &last_gauges_[2]);
+  SetIfChanged(m.kv_cache_usage_perc, s.kv_cache_usage, &last_gauges_[3]);
+  SetIfChanged(*m.kv_cache_blocks[0], s.num_used_blocks, &last_gauges_[4]);
+  SetIfChanged(*m.kv_cache_blocks[1], s.num_cached_blocks, &last_gauges_[5]);
+  SetIfChanged(*m.kv_cache_blocks[2], s.num_free_blocks, &last_gauges_[6]);
+  // Counters of what happens in some steps: published in the step it happens.
   if (s.num_preemptions > 0) {
     m.num_preemptions.Increment(s.num_preemptions);
     for (int i = 0; i < kNumPreemptionReasons; ++i) {
@@ -86,7 +104,6 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
     }
   }
   if (s.num_prompt_tokens > 0) m.prompt_tokens.Increment(s.num_prompt_tokens);
-  if (s.num_generation_tokens > 0) m.generation_tokens.Increment(s.num_generation_tokens);
   if (s.prefix_cache_queries > 0) {
     m.prefix_cache_queries.Increment(static_cast<double>(s.prefix_cache_queries));
   }
@@ -94,7 +111,29 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
     m.prefix_cache_hits.Increment(static_cast<double>(s.prefix_cache_hits));
   }
   if (s.num_recomputed_tokens > 0) m.recomputed_tokens.Increment(s.num_recomputed_tokens);
-  if (s.num_computed_tokens > 0) m.iteration_tokens.Observe(s.num_computed_tokens);
+  // What happens in every busy step: gathered, published every kPublishInterval of engine time
+  // and whenever the engine has nothing left to do.
+  for (const SchedulerStats::ItlGroup& g : s.itl_groups) {
+    pending_.itl_buckets[BucketIndex(m.token_latency_buckets(), g.gap)] += g.count;
+    pending_.itl_sum += g.gap * g.count;
+    pending_.itl_count += g.count;
+  }
+  if (s.num_computed_tokens > 0) {
+    pending_.iteration_buckets[BucketIndex(m.iteration_tokens_buckets(), s.num_computed_tokens)] +=
+        1.0;
+    pending_.iteration_sum += s.num_computed_tokens;
+    ++pending_.iteration_steps;
+  }
+  pending_.generation_tokens += s.num_generation_tokens;
+  if (!pending_.any) {
+    pending_.any =
+        pending_.itl_count > 0 || pending_.iteration_steps > 0 || pending_.generation_tokens > 0;
+    pending_.since_ts = s.ts;
+  }
+  if (pending_.any && (s.ts - pending_.since_ts >= kPublishInterval ||
+                       (s.num_running == 0 && s.num_waiting == 0))) {
+    PublishStepSamples();
+  }
 }
 
 }  // namespace tinyserve

@@ -1,20 +1,28 @@
 // MetricsObserver: the EngineObserver that keeps PrometheusMetrics up to date (DESIGN §4, §5).
 //
 // Per request it keeps a RequestTimeline built from the request's events (first-wins SCHEDULED and
-// first token). On the first token it observes TTFT; on each later token output one ITL sample;
-// at FINISHED the phase histograms (only phases whose two ends happened), e2e, TPOT, token counts,
-// max_tokens, n, the request's preemption count and request_success{finished_reason}. Counters and
-// gauges of a step come from that step's SchedulerStats (preemptions are counted in the step that
-// preempts, so a request aborted while preempted is still counted).
+// first token). On the first token it observes TTFT; at FINISHED the phase histograms (only phases
+// whose two ends happened), e2e, TPOT, token counts, max_tokens, n, the request's preemption count
+// and request_success{finished_reason}. Counters and gauges of a step come from that step's
+// SchedulerStats (preemptions are counted in the step that preempts, so a request aborted while
+// preempted is still counted), and so do the ITL samples (the engine groups a step's gaps).
 //
-// Cheap by construction: per token one flat-table lookup and one bucket search into a per-step
-// array, flushed to the ITL histogram once per step (OnStep); no allocation per token.
+// Cheap by construction: nothing per token after a request's first. What every busy step produces
+// (ITL samples, the iteration-tokens sample, generation tokens) is gathered in plain arrays and
+// published to the registry every kPublishInterval seconds of engine time and in every step that
+// leaves the engine idle (no running or waiting request), so /metrics may lag the engine by at
+// most 10 ms for those three series while it is busy, and never once it is idle. Gauges are
+// published every step (when changed); rarer counters (preemptions, prompt tokens, prefix cache,
+// recomputed tokens) and per-request histograms at once.
 //
 // Thread-safety: OnRequestEvent/OnStep run on the engine thread only (not thread-safe among
 // themselves); rendering the metrics from other threads meanwhile is safe (see PrometheusMetrics).
 // `metrics` must outlive the observer.
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "engine/engine_observer.h"
@@ -26,26 +34,41 @@ namespace tinyserve {
 
 class MetricsObserver final : public EngineObserver {
  public:
+  // Longest a busy engine's every-step samples wait before they reach the registry.
+  static constexpr double kPublishInterval = 0.010;
+
   explicit MetricsObserver(PrometheusMetrics* metrics);
+  ~MetricsObserver() override;  // publishes what is still gathered
 
   void OnRequestEvent(const Request& request, const RequestEvent& event) override;
   void OnStep(const SchedulerStats& stats) override;
-
-  // Flushes ITL samples gathered since the last OnStep into the histogram. OnStep calls it; call
-  // it directly only when driving the observer without steps.
-  void FlushTokenLatencies();
+  bool wants_every_token_event() const override { return false; }
 
   // Number of requests with state (seen, not finished).
   size_t num_live_requests() const { return live_.size(); }
 
  private:
   void OnFinished(const Request& request, const RequestTimeline& timeline);
+  void PublishStepSamples();
 
   PrometheusMetrics* const metrics_;
   LiveRequestMap<RequestTimeline> live_;
-  std::vector<double> itl_bucket_counts_;  // [num ITL buckets + 1] samples since the last flush
-  double itl_sum_ = 0.0;
-  bool has_itl_samples_ = false;
+  struct PendingStepSamples {
+    std::vector<double> itl_buckets;        // [ITL buckets + 1] samples per bucket
+    std::vector<double> iteration_buckets;  // [iteration-token buckets + 1] steps per bucket
+    double itl_sum = 0.0, iteration_sum = 0.0, generation_tokens = 0.0;
+    int64_t itl_count = 0, iteration_steps = 0;
+    bool any = false;
+    double since_ts = 0.0;  // engine time of the step that gathered the oldest sample
+  };
+  PendingStepSamples pending_;
+  std::array<double, 7> last_gauges_ = MakeNanArray();  // last value set of each step gauge
+
+  static std::array<double, 7> MakeNanArray() {
+    std::array<double, 7> a;
+    a.fill(std::numeric_limits<double>::quiet_NaN());
+    return a;
+  }
 };
 
 }  // namespace tinyserve

@@ -52,6 +52,7 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
     : config_(config),
       registry_(std::make_shared<Registry>()),
       token_latency_buckets_(TokenLatencyBuckets()),
+      iteration_tokens_buckets_(IterationTokensBuckets()),
       num_requests_running(AddGauge(
           *registry_, config_, "vllm:num_requests_running",
           "Number of requests in the running batch (scheduled in the last engine step), after "
@@ -159,7 +160,7 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
           *registry_, config_, "vllm:iteration_tokens_total",
           "Histogram of the number of tokens computed per engine step (prefill chunks + decodes), "
           "steps that computed tokens only.",
-          IterationTokensBuckets())),
+          iteration_tokens_buckets_)),
       request_num_preemptions(
           AddHistogram(*registry_, config_, "vllm:request_num_preemptions",
                        "Histogram of the number of preemptions of each finished request.",

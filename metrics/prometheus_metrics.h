@@ -62,11 +62,13 @@ class PrometheusMetrics {
 
   // Bucket boundaries, for callers that pre-sort samples and flush them with ObserveMultiple.
   const std::vector<double>& token_latency_buckets() const { return token_latency_buckets_; }
+  const std::vector<double>& iteration_tokens_buckets() const { return iteration_tokens_buckets_; }
 
  private:
   MetricsConfig config_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::vector<double> token_latency_buckets_;
+  std::vector<double> iteration_tokens_buckets_;
 
  public:
   // Gauges (set after each engine step).

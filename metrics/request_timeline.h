@@ -26,6 +26,7 @@
 #include <optional>
 
 #include "engine/events.h"
+#include "engine/request.h"
 
 namespace tinyserve {
 
@@ -57,6 +58,15 @@ struct RequestTimeline {
 
   // Applies one event; returns what a NEW_TOKENS event produced (default for other types).
   TokenOutput Apply(const RequestEvent& event);
+
+  // Takes the last output time and the generated-token count from the engine's Request: outputs
+  // after a request's first reach observers only as step summaries (EngineObserver), so an
+  // observer calls this before applying FINISHED. The Request's stamps are the events' stamps.
+  void TakeOutputsFrom(const Request& request) {
+    if (!first_token_ts) return;
+    last_token_ts = request.last_token_ts;
+    num_generation_tokens = request.num_output_tokens();
+  }
 
   // Returns true iff FINISHED was applied.
   bool is_finished() const { return finished_ts.has_value(); }

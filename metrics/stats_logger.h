@@ -34,6 +34,7 @@ class StatsLogger final : public EngineObserver {
 
   void OnRequestEvent(const Request&, const RequestEvent&) override {}
   void OnStep(const SchedulerStats& stats) override;
+  bool wants_every_token_event() const override { return false; }
 
   // Writes the line if `interval_s` has passed since the last one (or since construction) and
   // there is something to report. Returns true iff it wrote one.

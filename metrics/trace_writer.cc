@@ -107,6 +107,7 @@ void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& eve
   }
   RequestTimeline& t = track->timeline;
   const RequestTimeline before = t;
+  if (event.type == EventType::kFinished) t.TakeOutputsFrom(request);
   t.Apply(event);
   switch (event.type) {
     case EventType::kScheduled:

@@ -41,6 +41,7 @@ class TraceWriter final : public EngineObserver {
 
   void OnRequestEvent(const Request& request, const RequestEvent& event) override;
   void OnStep(const SchedulerStats& stats) override;
+  bool wants_every_token_event() const override { return false; }
 
   // Terminates the JSON array and closes the file; later events are dropped. Idempotent.
   // Returns an error if a write failed.

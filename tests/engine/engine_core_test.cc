@@ -127,6 +127,51 @@ TEST(EngineCoreTest, RequestPreemptedTwiceDuringDecode) {
   EXPECT_EQ(h.pool().num_free_blocks(), 6);
 }
 
+// An observer that opts out of per-token events (as metrics and tracing do).
+class FirstTokenRecorder final : public RecordingObserver {
+ public:
+  bool wants_every_token_event() const override { return false; }
+};
+
+TEST(EngineCoreTest, OptedOutObserversGetFirstTokensAndItlGroups) {
+  Harness h(/*num_blocks=*/6, /*block_size=*/2, Budget(64));  // the scenario of the test above
+  FirstTokenRecorder first_only;
+  h.core.AddObserver(&first_only);
+  h.Submit(MakeEngineRequest("a", Prompt(3, 1), 100));
+  h.Submit(MakeEngineRequest("c", Prompt(1, 2), 3));
+  h.Submit(MakeEngineRequest("b", Prompt(3, 3), 8));
+  h.RunUntilIdle();
+  EXPECT_EQ(first_only.events["b"],
+            (Events{Queued(0), Scheduled(0), Tokens(1), Preempted(2), Scheduled(3), Preempted(4),
+                    Scheduled(9), Finished(14, FinishReason::kLength)}));
+  // Step 3 outputs at t=4: a's gap is 1 s, b's 2 s (it was preempted at 2 and resumed at 3).
+  // Step 9 outputs at t=10: only b, 6 s after its output at 4.
+  using Group = SchedulerStats::ItlGroup;
+  auto groups = [&](size_t step) {
+    std::vector<std::pair<double, int32_t>> g;
+    for (const Group& x : h.recorder.steps[step].itl_groups) g.emplace_back(x.gap, x.count);
+    std::sort(g.begin(), g.end());
+    return g;
+  };
+  EXPECT_EQ(groups(0), (std::vector<std::pair<double, int32_t>>{}));  // first tokens only
+  EXPECT_EQ(groups(1), (std::vector<std::pair<double, int32_t>>{{1.0, 3}}));
+  EXPECT_EQ(groups(3), (std::vector<std::pair<double, int32_t>>{{1.0, 1}, {2.0, 1}}));
+  EXPECT_EQ(groups(9), (std::vector<std::pair<double, int32_t>>{{6.0, 1}}));
+  // Over the run: one sample per output after a request's first, and their gaps sum to each
+  // request's last - first token time (a: 1..9, c: 1..3, b: 1..14).
+  int64_t samples = 0, tokens = 0;
+  double gap_sum = 0.0;
+  for (const SchedulerStats& s : h.recorder.steps) {
+    tokens += s.num_generation_tokens;
+    for (const Group& g : s.itl_groups) {
+      samples += g.count;
+      gap_sum += g.gap * g.count;
+    }
+  }
+  EXPECT_EQ(samples, tokens - 3);
+  EXPECT_EQ(gap_sum, 8.0 + 2.0 + 13.0);
+}
+
 TEST(EngineCoreTest, RequestAbortedWhilePreempted) {
   Harness h(/*num_blocks=*/5, /*block_size=*/2, Budget(64));
   h.Submit(MakeEngineRequest("a", Prompt(3, 1), 6));

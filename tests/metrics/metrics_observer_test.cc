@@ -243,7 +243,11 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   s.prefix_cache_queries = 32;
   s.prefix_cache_hits = 16;
   s.num_recomputed_tokens = 7;
+  s.num_generation_tokens = 3;
+  s.itl_groups = {{0.002, 3}};
+  s.ts = 0.0;
   observer_.OnStep(s);
+  s.ts = 0.005;
   observer_.OnStep(s);
   EXPECT_EQ(metrics_.num_requests_running.Value(), 3.0);
   EXPECT_EQ(metrics_.num_requests_waiting.Value(), 2.0);
@@ -255,9 +259,31 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   EXPECT_EQ(metrics_.prefix_cache_queries.Value(), 64.0);
   EXPECT_EQ(metrics_.prefix_cache_hits.Value(), 32.0);
   EXPECT_EQ(metrics_.recomputed_tokens.Value(), 14.0);
-  EXPECT_EQ(Read(metrics_.iteration_tokens).count, 2u);
-  EXPECT_EQ(Read(metrics_.iteration_tokens).sum, 80.0);
   EXPECT_EQ(metrics_.cache_config_info.Value(), 1.0);
+  // Every-step samples wait until 10 ms of engine time have passed since the oldest...
+  EXPECT_EQ(Read(metrics_.iteration_tokens).count, 0u);
+  EXPECT_EQ(Read(metrics_.inter_token_latency).count, 0u);
+  EXPECT_EQ(metrics_.generation_tokens.Value(), 0.0);
+  s.ts = MetricsObserver::kPublishInterval;
+  observer_.OnStep(s);
+  EXPECT_EQ(Read(metrics_.iteration_tokens).count, 3u);
+  EXPECT_EQ(Read(metrics_.iteration_tokens).sum, 120.0);
+  EXPECT_EQ(Read(metrics_.inter_token_latency).count, 9u);
+  EXPECT_EQ(Read(metrics_.inter_token_latency)
+                .cumulative[BucketIndex(metrics_.token_latency_buckets(), 0.002)],
+            9u);
+  EXPECT_EQ(metrics_.generation_tokens.Value(), 9.0);
+  // ... or until a step leaves the engine idle.
+  s.ts += 0.001;
+  observer_.OnStep(s);
+  EXPECT_EQ(Read(metrics_.iteration_tokens).count, 3u);
+  s.ts += 0.001;
+  s.num_running = s.num_waiting = 0;
+  observer_.OnStep(s);
+  EXPECT_EQ(Read(metrics_.iteration_tokens).count, 5u);
+  EXPECT_EQ(Read(metrics_.inter_token_latency).count, 15u);
+  EXPECT_EQ(metrics_.generation_tokens.Value(), 15.0);
+  EXPECT_EQ(metrics_.num_requests_running.Value(), 0.0);
 }
 
 TEST_F(MetricsObserverTest, ManyConcurrentRequestsLeaveNoState) {

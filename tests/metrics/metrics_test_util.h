@@ -69,11 +69,20 @@ class SyntheticEngine {
     ++stats_.num_preemptions_by_reason[0];
     Emit(r, {EventType::kPreempted, ts, 0, FinishReason::kNone});
   }
+  // One token output, delivered as the scheduler and EngineCore deliver it: the request's first
+  // output as a NEW_TOKENS event, later ones as ITL samples in the step's stats.
   void Token(Request* r, double ts) {
-    if (r->num_output_tokens() == 0) stats_.num_prompt_tokens += r->num_prompt_tokens;
     ++stats_.num_generation_tokens;
     r->token_ids.push_back(2);
-    Emit(r, {EventType::kNewTokens, ts, 1, FinishReason::kNone});
+    if (!r->first_token_ts) {
+      stats_.num_prompt_tokens += r->num_prompt_tokens;
+      r->first_token_ts = ts;
+      r->last_token_ts = ts;
+      Emit(r, {EventType::kNewTokens, ts, 1, FinishReason::kNone});
+    } else {
+      stats_.AddItlSample(ts - r->last_token_ts);
+      r->last_token_ts = ts;
+    }
   }
   void Finished(Request* r, double ts, FinishReason reason) {
     r->finish_reason = reason;
