@@ -1,6 +1,7 @@
 #include "models/model_runner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace tinyserve {
@@ -346,8 +347,14 @@ StatusOr<ExecutorOutput> ModelRunner::ExecuteDecodeGraph(const ScheduledBatch& b
     TS_RETURN_IF_ERROR(b.BeginGraphCapture());
     Forward(in);
     StatusOr<int32_t> id = b.EndGraphCapture();
-    if (!id.ok()) return id.status();
-    graph_ids_.emplace_back(bs, *id);
+    if (id.ok()) {
+      graph_ids_.emplace_back(bs, *id);
+    } else {
+      // This step's logits came from the eager run; the next steps run eagerly too.
+      std::fprintf(stderr, "tinyserve: recording a CUDA graph failed (%s); decode runs eagerly\n",
+                   id.status().ToString().c_str());
+      use_graphs_ = false;
+    }
   }
 
   ExecutorOutput out;

@@ -5,15 +5,18 @@
 #
 #   scripts/gpu-check.sh --prepare   # on a dev machine (has /usr/src/googletest and nlohmann):
 #                                    # copies both into third_party/ (git-ignored); carry that
-#                                    # folder to the GPU machine with the working tree
+#                                    # folder to the GPU machine with the working tree (for the
+#                                    # device tool: carry ["third_party"], ~5 MB)
 #   scripts/gpu-check.sh             # on the GPU machine: builds in build-gpu/ with
 #                                    # -DTINYSERVE_GPU_CHECK=ON (engine, kernels, model runner,
 #                                    # tests/gpu, bench/kernels only), runs the `gpu` tests, then
 #                                    # bench/kernels, and prints their table. Under 8 minutes.
 #   scripts/gpu-check.sh --build-only  # configure + compile only (works without a GPU)
 #
-# Environment: SHARED_DIR (default ./shared if present, else ../shared), CUDA_ARCHS (default: native when nvidia-smi sees a GPU, else "80;90"), BUILD_DIR
-# (default build-gpu), JOBS (default nproc).
+# Environment: SHARED_DIR (default ./shared if present, else ../shared), CUDA_ARCHS (default:
+# native when nvidia-smi sees a GPU, else "80;90"), BUILD_DIR (default build-gpu), JOBS (default
+# nproc), EXTRA_CMAKE_ARGS (e.g. -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON to prove here that no
+# system package is used).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -46,14 +49,17 @@ if [[ -z "${CUDA_ARCHS:-}" ]]; then
   fi
 fi
 for d in third_party/googletest third_party/nlohmann/include/nlohmann; do
-  [[ -d "$d" ]] || { echo "missing $d: run scripts/gpu-check.sh --prepare on a dev machine" >&2; exit 1; }
+  if [[ ! -d "$d" ]]; then
+    echo "missing $d: run scripts/gpu-check.sh --prepare on a dev machine" >&2
+    exit 1
+  fi
 done
 
 start=$(date +%s)
 echo "== configure ($BUILD_DIR, CUDA archs $CUDA_ARCHS)"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTINYSERVE_GPU_CHECK=ON -DTINYSERVE_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" \
-  -DTINYSERVE_SHARED_DIR="$SHARED_DIR" > "$BUILD_DIR.configure.log" 2>&1 \
+  -DTINYSERVE_SHARED_DIR="$SHARED_DIR" ${EXTRA_CMAKE_ARGS:-} > "$BUILD_DIR.configure.log" 2>&1 \
   || { cat "$BUILD_DIR.configure.log"; exit 1; }
 echo "== build (test_gpu, kernels_bench; $JOBS jobs)"
 cmake --build "$BUILD_DIR" -j "$JOBS" --target test_gpu kernels_bench

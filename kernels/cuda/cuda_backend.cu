@@ -4,12 +4,18 @@
 // with fp32 accumulation and fp32 outputs, or fp32 throughout (no TF32) for parity with the CPU.
 // Scratch buffers (attention splits, bf16 activations) only grow; outgrown ones are kept until the
 // backend goes, so recorded CUDA graphs never point at freed memory.
+//
+// cuBLAS is loaded with dlopen when the first CUDA backend is created, not linked into the binary:
+// libcublas + libcublasLt are ~700 MB whose loading and relocation would cost every run, CPU-only
+// ones included, seconds at start-up and 200+ MB of memory.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +27,53 @@ namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
+// The cuBLAS entry points the backend uses (the _v2 names the cublas_v2.h macros stand for).
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  // (cublas_api.h overloads cublasGemmEx in C++; this is the exported C function.)
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+// Loads libcublas.so.<major of the headers> once: from the library search path (the binary's
+// RUNPATH holds the CUDA library folder), else from the toolkit's folder found at build time.
+StatusOr<const CublasApi*> LoadCublas() {
+  static CublasApi api;
+  static const std::string error = [] {
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      lib = dlopen((std::string(TINYSERVE_CUDA_LIBRARY_DIR) + "/" + name).c_str(),
+                   RTLD_NOW | RTLD_LOCAL);
+    }
+    if (lib == nullptr) return "cannot load " + name + ": " + dlerror();
+    bool ok = true;
+    auto load = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      ok = ok && fn != nullptr;
+    };
+    load(api.create, "cublasCreate_v2");
+    load(api.destroy, "cublasDestroy_v2");
+    load(api.set_stream, "cublasSetStream_v2");
+    load(api.set_workspace, "cublasSetWorkspace_v2");
+    load(api.set_math_mode, "cublasSetMathMode");
+    load(api.sgemm, "cublasSgemm_v2");
+    load(api.gemm_ex, "cublasGemmEx");
+    load(api.status_string, "cublasGetStatusString");
+    return ok ? std::string() : name + " lacks an expected cuBLAS function";
+  }();
+  if (!error.empty()) return Unavailable(error);
+  return &api;
+}
+
 std::string CudaError(const char* what, cudaError_t err) {
   return std::string(what) + ": " + cudaGetErrorString(err) + " (error " +
          std::to_string(static_cast<int>(err)) + ")";
@@ -28,7 +81,8 @@ std::string CudaError(const char* what, cudaError_t err) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType dtype) : device_(device), dtype_(dtype) {}
+  CudaBackend(int device, DType dtype, const CublasApi* blas)
+      : device_(device), dtype_(dtype), blas_(*blas) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -37,7 +91,7 @@ class CudaBackend final : public Backend {
     for (void* p : retired_) cudaFree(p);
     if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
     if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_ != nullptr) blas_.destroy(cublas_);
     if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -52,14 +106,14 @@ class CudaBackend final : public Backend {
     if (err != cudaSuccess) return Unavailable(CudaError("cudaGetDeviceProperties", err));
     num_sms_ = prop.multiProcessorCount;
     device_name_ = prop.name;
-    if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return Unavailable("cublasCreate failed");
+    if (blas_.create(&cublas_) != CUBLAS_STATUS_SUCCESS) return Unavailable("cublasCreate failed");
     // A fixed workspace: cuBLAS must not allocate while a CUDA graph is being recorded.
     err = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes);
     if (err != cudaSuccess) return ResourceExhausted(CudaError("cudaMalloc", err));
-    if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
+    if (blas_.set_stream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
+        blas_.set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
             CUBLAS_STATUS_SUCCESS ||
-        cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+        blas_.set_math_mode(cublas_, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
       return Unavailable("cuBLAS setup failed");
     }
     return Status::Ok();
@@ -133,7 +187,7 @@ class CudaBackend final : public Backend {
     // Row-major y [m, n] = x [m, k] * w [n, k]^T is column-major y^T [n, m] = w^T-op(w) * x.
     const float alpha = 1.0f, beta = 0.0f;
     CheckBlas(
-        cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, x, k, &beta, y, n),
+        blas_.sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, x, k, &beta, y, n),
         "cublasSgemm");
   }
 
@@ -149,9 +203,9 @@ class CudaBackend final : public Backend {
     if (xb == nullptr) return;
     Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
     const float alpha = 1.0f, beta = 0.0f;
-    CheckBlas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data, CUDA_R_16BF,
-                           k, xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                           CUBLAS_GEMM_DEFAULT),
+    CheckBlas(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data, CUDA_R_16BF,
+                            k, xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
               "cublasGemmEx");
   }
 
@@ -237,17 +291,23 @@ class CudaBackend final : public Backend {
     capturing_ = true;
     return Status::Ok();
   }
+  // A failed capture is reported here and forgotten: nothing ran, so the stream and the memory
+  // are as they were before BeginGraphCapture (which required no earlier error).
   StatusOr<int32_t> EndGraphCapture() override {
     capturing_ = false;
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(stream_, &graph);
     if (err != cudaSuccess) {
       cudaGetLastError();
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      static_cast<void>(error_ = Status::Ok());
       return Internal(CudaError("cudaStreamEndCapture", err));
     }
     if (!error_.ok()) {  // an op failed to record
       cudaGraphDestroy(graph);
-      return error_;
+      Status failed = std::move(error_);
+      static_cast<void>(error_ = Status::Ok());
+      return failed;
     }
     cudaGraphExec_t exec = nullptr;
     err = cudaGraphInstantiate(&exec, graph, 0);
@@ -283,7 +343,7 @@ class CudaBackend final : public Backend {
   }
   void CheckBlas(cublasStatus_t st, const char* what) {
     if (st != CUBLAS_STATUS_SUCCESS) {
-      SetError(Internal(std::string(what) + ": " + cublasGetStatusString(st)));
+      SetError(Internal(std::string(what) + ": " + blas_.status_string(st)));
     }
   }
 
@@ -311,6 +371,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const DType dtype_;
+  const CublasApi blas_;
   std::string device_name_;
   int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;
@@ -335,7 +396,9 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
     return InvalidArgument("CUDA device " + std::to_string(options.device) + " does not exist (" +
                            std::to_string(*count) + " found)");
   }
-  auto backend = std::make_unique<CudaBackend>(options.device, options.weight_dtype);
+  StatusOr<const CublasApi*> blas = LoadCublas();
+  if (!blas.ok()) return blas.status();
+  auto backend = std::make_unique<CudaBackend>(options.device, options.weight_dtype, *blas);
   TS_RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -311,6 +311,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // Raw logprobs (as Sampler::FillLogprobs).
   if (p.num_logprobs >= 0) {
+    if (tid == 0) out.num_top = 0;
     const float max = l[raw_argmax];
     double part = 0.0;
     for (int i = tid; i < V; i += kThreads) part += exp(static_cast<double>(l[i]) - max);
@@ -352,7 +353,6 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
     }
-    if (tid == 0 && n == 0) out.num_top = 0;
   } else if (tid == 0) {
     out.token = token;
     out.num_top = 0;
