@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <utility>
 
@@ -190,6 +191,8 @@ struct AttentionCase {
   int32_t block_size, num_heads, num_kv_heads, head_dim;
   std::vector<std::pair<int32_t, int32_t>> seqs;  // (cached prefix, new query tokens)
 };
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
 
 class CudaAttentionTest : public CudaKernelTest,
                           public ::testing::WithParamInterface<AttentionCase> {};
