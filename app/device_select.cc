@@ -6,23 +6,36 @@
 
 namespace tinyserve {
 
-StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads) {
-  if (device == "cpu") return CreateCpuBackend(cpu_threads);
-  if (device != "auto" && device != "cuda") {
+StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
+                                                 const std::string& dtype) {
+  if (device != "auto" && device != "cpu" && device != "cuda") {
     return InvalidArgument("--device must be auto, cpu or cuda, got '" + device + "'");
   }
-  StatusOr<int> gpus = ProbeCudaDevices();
-  if (gpus.ok()) {
-    // The CUDA model backend arrives with the CUDA issue; until then a GPU cannot run the model.
-    const std::string why =
-        "found " + DescribeCudaDevice(0) + ", but this build has no CUDA model backend yet";
-    if (device == "cuda") return Unavailable("--device cuda: " + why);
-    std::fprintf(stderr, "tinyserve: device auto: %s; using the CPU\n", why.c_str());
+  if (!dtype.empty() && dtype != "float32" && dtype != "bfloat16") {
+    return InvalidArgument("--dtype must be float32 or bfloat16, got '" + dtype + "'");
+  }
+  if (device == "cpu") {
+    if (dtype == "bfloat16") {
+      return InvalidArgument("--dtype bfloat16 needs --device cuda; the CPU backend is float32");
+    }
     return CreateCpuBackend(cpu_threads);
   }
-  if (device == "cuda") return Unavailable("--device cuda: " + gpus.status().message());
-  std::fprintf(stderr, "tinyserve: device auto: no usable CUDA device (%s); using the CPU\n",
-               gpus.status().message().c_str());
+  StatusOr<std::unique_ptr<Backend>> cuda = [&]() -> StatusOr<std::unique_ptr<Backend>> {
+    StatusOr<int> gpus = ProbeCudaDevices();
+    if (!gpus.ok()) return gpus.status();
+    CudaBackendOptions o;
+    o.weight_dtype = dtype == "float32" ? DType::kFloat32 : DType::kBFloat16;
+    StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(o);
+    if (!b.ok()) {
+      return Status(b.status().code(), "found " + DescribeCudaDevice(0) +
+                                           ", but it cannot be used: " + b.status().message());
+    }
+    return b;
+  }();
+  if (cuda.ok()) return cuda;
+  if (device == "cuda") return Unavailable("--device cuda: " + cuda.status().message());
+  std::fprintf(stderr, "tinyserve: device auto: no usable CUDA device (%s); using the CPU%s\n",
+               cuda.status().message().c_str(), dtype == "bfloat16" ? " in float32" : "");
   return CreateCpuBackend(cpu_threads);
 }
 

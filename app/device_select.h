@@ -11,6 +11,10 @@ namespace tinyserve {
 
 // Returns the backend for `device`. "auto" uses CUDA when a device works and otherwise falls back
 // to the CPU, logging one line that says why; "cuda" without a usable device is an error.
-StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads);
+// `dtype` is "" (the device's default: bfloat16 on CUDA, float32 on the CPU), "float32" or
+// "bfloat16" (CUDA only: an error with --device cpu, and float32 with a logged line when auto falls
+// back to the CPU).
+StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
+                                                 const std::string& dtype = "");
 
 }  // namespace tinyserve

@@ -29,6 +29,15 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
                 "reuse KV blocks of shared prompt prefixes (default on)");
   cmd->add_option("--scheduling-policy", f.scheduling_policy, "fcfs or priority")
       ->check(CLI::IsMember({"fcfs", "priority"}));
+  cmd->add_option("--dtype", f.dtype,
+                  "weight dtype: float32 or bfloat16 (default bfloat16 on CUDA, float32 on CPU)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                  "CUDA: fraction of device memory for weights, activations and the KV cache "
+                  "(sizes the KV cache unless --num-kv-blocks is given)")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_flag("--enforce-eager", f.enforce_eager,
+                "CUDA: run every step eagerly (no CUDA graphs for decode steps)");
 }
 
 int32_t ChooseNumKvBlocks(const EngineFlags& f, const ModelConfig& config, int64_t max_concurrent) {
@@ -45,24 +54,37 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
     const EngineFlags& f, std::shared_ptr<const LlamaWeights> weights, int64_t max_concurrent,
     void (*log)(const std::string&)) {
   const ModelConfig& config = weights->config;
+  StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads, f.dtype);
+  if (!backend.ok()) return backend.status();
   ModelRunnerOptions opts;
   opts.block_size = f.block_size;
   opts.max_model_len = f.max_model_len;
-  opts.num_kv_blocks = ChooseNumKvBlocks(f, config, max_concurrent);
+  opts.max_num_seqs = f.max_num_seqs;
+  opts.max_num_batched_tokens = f.max_num_batched_tokens;
+  opts.enforce_eager = f.enforce_eager;
+  opts.gpu_memory_utilization = static_cast<float>(f.gpu_memory_utilization);
+  // On the CPU the cache is sized from the flags; on a device, from free memory unless given.
+  opts.num_kv_blocks = (*backend)->is_host() || f.num_kv_blocks > 0
+                           ? ChooseNumKvBlocks(f, config, max_concurrent)
+                           : 0;
   const int32_t max_len = f.max_model_len > 0 ? f.max_model_len : config.max_seq_len;
-  if (static_cast<int64_t>(opts.num_kv_blocks) * opts.block_size < max_len) {
+  auto too_small = [&](int32_t blocks) {
     // As vLLM: one request of the max model length must fit in the cache.
     return InvalidArgument(
-        "the KV cache (" + std::to_string(opts.num_kv_blocks) + " blocks of " +
+        "the KV cache (" + std::to_string(blocks) + " blocks of " +
         std::to_string(opts.block_size) + " tokens) holds fewer tokens than the max model length " +
         std::to_string(max_len) + "; raise --num-kv-blocks or lower --max-model-len");
+  };
+  if (opts.num_kv_blocks > 0 &&
+      static_cast<int64_t>(opts.num_kv_blocks) * opts.block_size < max_len) {
+    return too_small(opts.num_kv_blocks);
   }
-  StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads);
-  if (!backend.ok()) return backend.status();
   auto runner = ModelRunner::Create(std::move(weights), std::move(backend).value(), opts);
   if (!runner.ok()) return runner.status();
+  const int32_t blocks = (*runner)->num_kv_blocks();
+  if (static_cast<int64_t>(blocks) * opts.block_size < max_len) return too_small(blocks);
   if (log != nullptr) {
-    log("backend " + (*runner)->backend().name() + ", " + std::to_string(opts.num_kv_blocks) +
+    log("backend " + (*runner)->backend().name() + ", " + std::to_string(blocks) +
         " KV blocks of " + std::to_string(opts.block_size) + " tokens");
   }
   return runner;

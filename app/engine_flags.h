@@ -27,14 +27,19 @@ struct EngineFlags {
   int max_model_len = 0;  // 0: the model's context length
   bool enable_prefix_caching = true;
   std::string scheduling_policy = "fcfs";
+  std::string dtype;  // "": bfloat16 on CUDA, float32 on the CPU
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
 };
 
 // Adds --threads, --device, --max-num-seqs, --max-num-batched-tokens, --block-size,
-// --num-kv-blocks, --max-model-len, --[no-]enable-prefix-caching, --scheduling-policy.
+// --num-kv-blocks, --max-model-len, --[no-]enable-prefix-caching, --scheduling-policy, --dtype,
+// --gpu-memory-utilization, --enforce-eager.
 void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
 
-// The number of KV blocks to allocate: --num-kv-blocks, else enough for `max_concurrent`
-// sequences of the max model length (at least one), capped at 4 GiB of cache.
+// The number of KV blocks to allocate on the CPU: --num-kv-blocks, else enough for
+// `max_concurrent` sequences of the max model length (at least one), capped at 4 GiB of cache.
+// (On CUDA, without --num-kv-blocks, the runner sizes the cache by --gpu-memory-utilization.)
 int32_t ChooseNumKvBlocks(const EngineFlags& flags, const ModelConfig& config,
                           int64_t max_concurrent);
 

@@ -22,6 +22,17 @@ namespace tinyserve {
 // Hugging Face / GPT-NeoX half split (i, i + head_dim/2).
 enum class RopeStyle { kInterleaved, kNeox };
 
+// The element type a backend stores weight matrices in.
+enum class DType { kFloat32, kBFloat16 };
+
+inline const char* DTypeName(DType t) { return t == DType::kFloat32 ? "float32" : "bfloat16"; }
+
+// A weight matrix in a backend's memory, stored in `dtype` (what UploadWeight returned).
+struct WeightRef {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+};
+
 // Attention metadata for one forward pass; every array is a device pointer.
 struct AttentionMetadata {
   int32_t num_tokens = 0;
@@ -48,6 +59,48 @@ class Backend {
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual Status Synchronize() = 0;
+  // Sets *free_bytes and *total_bytes of device memory and returns true, or returns false when the
+  // device has no such notion (the CPU).
+  virtual bool MemoryInfo(size_t* /*free_bytes*/, size_t* /*total_bytes*/) const { return false; }
+
+  // ---- weights ----------------------------------------------------------------------------------
+  // The dtype UploadWeight stores matrices in: fp32 on the CPU; bf16 or fp32 on CUDA.
+  virtual DType weight_dtype() const { return DType::kFloat32; }
+  // Returns new device memory holding the `count` host fp32 values converted to weight_dtype()
+  // (free it with Deallocate), or a null ref if the memory cannot be had.
+  virtual WeightRef UploadWeight(const float* host, size_t count) {
+    void* p = Allocate(count * sizeof(float));
+    if (p != nullptr) CopyToDevice(p, host, count * sizeof(float));
+    return {p, DType::kFloat32};
+  }
+  // y = x * w^T with w in its stored dtype, fp32 accumulation.  x [m, k] fp32, w [n, k], y [m, n]
+  // fp32. The default serves fp32 weights through Gemm. REQUIRES: w.dtype == weight_dtype().
+  virtual void Linear(const float* x, WeightRef w, int32_t m, int32_t n, int32_t k, float* y) {
+    Gemm(x, static_cast<const float*>(w.data), m, n, k, y);
+  }
+  // Embedding over a stored table: out[t, :] = float(table[ids[t], :]).  table [vocab, dim].
+  // REQUIRES: table.dtype == weight_dtype().
+  virtual void EmbeddingLookup(WeightRef table, const int32_t* ids, int32_t n, int32_t dim,
+                               float* out) {
+    Embedding(static_cast<const float*>(table.data), ids, n, dim, out);
+  }
+
+  // ---- graphs -----------------------------------------------------------------------------------
+  // Backends that can record a fixed sequence of ops and replay it (CUDA graphs) say so here. While
+  // capturing, ops are recorded, not run; no copies, allocations or Synchronize are allowed. A
+  // recorded graph keeps the pointers it was recorded with: they must stay valid while it lives.
+  virtual bool SupportsGraphs() const { return false; }
+  virtual Status BeginGraphCapture() { return Unavailable(name() + " cannot record graphs"); }
+  // Ends the capture; returns the id of the recorded graph.
+  virtual StatusOr<int32_t> EndGraphCapture() {
+    return Unavailable(name() + " cannot record graphs");
+  }
+  // Runs recorded graph `id` on the backend's stream.
+  virtual Status ReplayGraph(int32_t /*id*/) {
+    return Unavailable(name() + " cannot record graphs");
+  }
+  // Destroys every recorded graph.
+  virtual void ClearGraphs() {}
 
   // ---- ops --------------------------------------------------------------------------------------
   // out[t, :] = table[ids[t], :].  table [vocab, dim], ids [n], out [n, dim].
@@ -94,6 +147,9 @@ class Backend {
   // out[i, :] = x[rows[i], :].  x [*, dim], rows [m], out [m, dim].
   virtual void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                           float* out) = 0;
+
+  // y[i, j] += bias[j].  y [m, n] contiguous; bias [n].
+  virtual void AddBias(float* y, const float* bias, int32_t m, int32_t n) = 0;
 };
 
 // Owns one device allocation of a Backend. Movable, not copyable.

@@ -1,5 +1,7 @@
 #include "kernels/device.h"
 
+#include "kernels/gpu_sampler.h"
+
 #ifndef TINYSERVE_HAVE_CUDA
 namespace tinyserve {
 
@@ -10,6 +12,15 @@ StatusOr<int> ProbeCudaDevices() {
 }
 
 std::string DescribeCudaDevice(int /*index*/) { return "none"; }
+
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& /*options*/) {
+  return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
+}
+
+StatusOr<std::unique_ptr<GpuSampler>> GpuSampler::Create(int32_t /*vocab_size*/,
+                                                         int32_t /*max_rows*/) {
+  return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
+}
 
 }  // namespace tinyserve
 #endif

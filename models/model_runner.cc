@@ -1,5 +1,7 @@
 #include "models/model_runner.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace tinyserve {
@@ -16,11 +18,25 @@ ModelRunner::ModelRunner(std::shared_ptr<const LlamaWeights> weights,
       options_(options) {}
 
 ModelRunner::~ModelRunner() {
-  // Buffers must go before the backend that allocated them.
+  // Graphs and buffers must go before the backend that made them.
+  if (backend_ != nullptr) backend_->ClearGraphs();
   x_ = {}, xb_ = {}, qkv_ = {}, att_ = {}, delta_ = {}, gate_up_ = {}, hidden_ = {};
   sampled_x_ = {}, logits_ = {}, d_tokens_ = {}, d_positions_ = {}, d_slots_ = {};
   d_query_start_ = {}, d_block_tables_ = {}, d_sample_rows_ = {}, kv_cache_ = {};
+  g_tokens_ = {}, g_positions_ = {}, g_slots_ = {}, g_query_start_ = {}, g_block_tables_ = {};
+  g_sample_rows_ = {};
   weight_buffers_.clear();
+  for (void* p : matrix_buffers_) backend_->Deallocate(p);
+}
+
+std::vector<int32_t> ModelRunner::GraphBatchSizes(int32_t max_num_seqs) {
+  std::vector<int32_t> sizes;
+  for (int32_t b = 1; b <= 8; b *= 2) {
+    sizes.push_back(b);
+    if (b >= max_num_seqs) return sizes;
+  }
+  for (int32_t b = 16; b - 16 < max_num_seqs; b += 16) sizes.push_back(b);
+  return sizes;
 }
 
 StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
@@ -31,9 +47,19 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(
     return InvalidArgument("block size must be positive, got " +
                            std::to_string(options.block_size));
   }
-  if (options.num_kv_blocks <= 0) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (options.num_kv_blocks < 0 ||
+      (options.num_kv_blocks == 0 && !backend->MemoryInfo(&free_bytes, &total_bytes))) {
     return InvalidArgument("number of KV blocks must be positive, got " +
                            std::to_string(options.num_kv_blocks));
+  }
+  if (options.num_kv_blocks == 0 &&
+      !(options.gpu_memory_utilization > 0.0f && options.gpu_memory_utilization <= 1.0f)) {
+    return InvalidArgument("gpu memory utilization must be in (0, 1], got " +
+                           std::to_string(options.gpu_memory_utilization));
+  }
+  if (options.max_num_seqs <= 0 || options.max_num_batched_tokens <= 0) {
+    return InvalidArgument("max_num_seqs and max_num_batched_tokens must be positive");
   }
   ModelRunnerOptions opts = options;
   const int32_t model_len = weights->config.max_seq_len;
@@ -57,15 +83,64 @@ const float* ModelRunner::Upload(const std::vector<float>& host) {
   return p;
 }
 
+WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host) {
+  const WeightRef w = backend_->UploadWeight(host.data(), host.size());
+  if (w.data != nullptr) matrix_buffers_.push_back(const_cast<void*>(w.data));
+  return w;
+}
+
 Status ModelRunner::Init() {
   const LlamaWeights& w = *weights_;
   const ModelConfig& c = w.config;
-  embedding_ = Upload(w.token_embedding);
+  embedding_ = UploadMatrix(w.token_embedding);
   final_norm_ = Upload(w.final_norm);
-  lm_head_ = c.shared_classifier ? embedding_ : Upload(w.classifier);
-  if (embedding_ == nullptr || final_norm_ == nullptr || lm_head_ == nullptr) {
+  lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier);
+  if (embedding_.data == nullptr || final_norm_ == nullptr || lm_head_.data == nullptr) {
     return ResourceExhausted("out of device memory uploading weights");
   }
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const LlamaLayerWeights& lw = w.layers[l];
+    LayerPtrs p{Upload(lw.attn_norm),
+                UploadMatrix(lw.wqkv),
+                UploadMatrix(lw.wo),
+                Upload(lw.ffn_norm),
+                UploadMatrix(lw.w13),
+                UploadMatrix(lw.w2),
+                nullptr,
+                nullptr};
+    if (!p.attn_norm || !p.wqkv.data || !p.wo.data || !p.ffn_norm || !p.w13.data || !p.w2.data) {
+      return ResourceExhausted("out of device memory uploading layer " + std::to_string(l));
+    }
+    layers_.push_back(p);
+  }
+  weights_.reset();  // the backend holds the copy now
+
+  use_graphs_ = backend_->SupportsGraphs() && !options_.enforce_eager;
+  if (!backend_->is_host()) {
+    // A device backend sizes its workspace for the largest step up front, before the KV cache.
+    graph_sizes_ = GraphBatchSizes(options_.max_num_seqs);
+    const int32_t max_graph = graph_sizes_.back();
+    graph_table_width_ = (options_.max_model_len + options_.block_size - 1) / options_.block_size;
+    const int32_t seqs = std::max(options_.max_num_seqs, max_graph);
+    TS_RETURN_IF_ERROR(EnsureWorkspace(std::max(options_.max_num_batched_tokens, max_graph), seqs,
+                                       seqs, seqs * graph_table_width_));
+    if (use_graphs_) {
+      Backend* b = backend_.get();
+      const size_t g = static_cast<size_t>(max_graph);
+      g_tokens_ = DeviceBuffer(b, g * 4);
+      g_positions_ = DeviceBuffer(b, g * 4);
+      g_slots_ = DeviceBuffer(b, g * 8);
+      g_query_start_ = DeviceBuffer(b, (g + 1) * 4);
+      g_block_tables_ = DeviceBuffer(b, g * graph_table_width_ * 4);
+      g_sample_rows_ = DeviceBuffer(b, g * 4);
+      if (!g_tokens_.ok() || !g_positions_.ok() || !g_slots_.ok() || !g_query_start_.ok() ||
+          !g_block_tables_.ok() || !g_sample_rows_.ok()) {
+        return ResourceExhausted("out of device memory for the decode graph inputs");
+      }
+    }
+  }
+  if (options_.num_kv_blocks == 0) TS_RETURN_IF_ERROR(SizeKvCacheFromMemory());
+
   const int64_t per_layer_floats =
       2 * static_cast<int64_t>(options_.num_kv_blocks) * options_.block_size * c.kv_dim();
   kv_cache_ = DeviceBuffer(backend_.get(),
@@ -76,17 +151,33 @@ Status ModelRunner::Init() {
                              std::to_string(options_.block_size) + " tokens)");
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    const LlamaLayerWeights& lw = w.layers[l];
-    LayerPtrs p{Upload(lw.attn_norm), Upload(lw.wqkv), Upload(lw.wo), Upload(lw.ffn_norm),
-                Upload(lw.w13),       Upload(lw.w2),   nullptr,       nullptr};
-    if (!p.attn_norm || !p.wqkv || !p.wo || !p.ffn_norm || !p.w13 || !p.w2) {
-      return ResourceExhausted("out of device memory uploading layer " + std::to_string(l));
-    }
-    p.k_cache = kv_cache_.as<float>() + l * per_layer_floats;
-    p.v_cache = p.k_cache + per_layer_floats / 2;
-    layers_.push_back(p);
+    layers_[l].k_cache = kv_cache_.as<float>() + l * per_layer_floats;
+    layers_[l].v_cache = layers_[l].k_cache + per_layer_floats / 2;
   }
-  weights_.reset();  // the backend holds the copy now
+  return backend_->Synchronize();
+}
+
+Status ModelRunner::SizeKvCacheFromMemory() {
+  TS_RETURN_IF_ERROR(backend_->Synchronize());
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!backend_->MemoryInfo(&free_bytes, &total_bytes)) {
+    return InvalidArgument("the backend reports no memory size: give the number of KV blocks");
+  }
+  // vLLM's rule: everything this process holds stays within utilization * total. What is in use
+  // now (weights, workspace, other processes) counts against it; 64 MiB is left for the scratch
+  // buffers the backend grows on first use (attention splits, bf16 activations).
+  const double budget = options_.gpu_memory_utilization * static_cast<double>(total_bytes) -
+                        static_cast<double>(total_bytes - free_bytes) - double{64 << 20};
+  const double block_bytes =
+      static_cast<double>(KvBytesPerToken(config_)) * static_cast<double>(options_.block_size);
+  const double blocks = budget / block_bytes;
+  if (blocks < 1.0) {
+    return ResourceExhausted(
+        "no device memory left for the KV cache after the weights and activations (" +
+        std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total_bytes >> 20) +
+        " MiB; raise --gpu-memory-utilization or give --num-kv-blocks)");
+  }
+  options_.num_kv_blocks = static_cast<int32_t>(std::min(blocks, 2.0e9));
   return Status::Ok();
 }
 
@@ -94,8 +185,12 @@ Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_
                                     int32_t table_entries) {
   const ModelConfig& c = config_;
   Backend* b = backend_.get();
+  bool grown = false;
   auto grow = [&](DeviceBuffer& buf, size_t bytes) {
-    if (buf.bytes() < bytes) buf = DeviceBuffer(b, bytes);
+    if (buf.bytes() < bytes) {
+      buf = DeviceBuffer(b, bytes);
+      grown = true;
+    }
     return buf.ok();
   };
   bool ok = true;
@@ -123,6 +218,10 @@ Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_
     ok = ok && grow(d_block_tables_, static_cast<size_t>(table_entries) * 4);
     cap_table_ = table_entries;
   }
+  if (grown && !graph_ids_.empty()) {  // recorded graphs point at the old buffers
+    backend_->ClearGraphs();
+    graph_ids_.clear();
+  }
   if (!ok) {
     cap_tokens_ = cap_seqs_ = cap_sampled_ = cap_table_ = 0;
     return ResourceExhausted("out of device memory for a batch of " + std::to_string(num_tokens) +
@@ -146,6 +245,11 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
                         " is past the max model length " + std::to_string(options_.max_model_len));
     }
   }
+  if (use_graphs_ && n == num_seqs && num_seqs <= graph_sizes_.back()) {
+    bool one_token_each = true;
+    for (int32_t s = 0; s < num_seqs; ++s) one_token_each &= batch.num_query_tokens(s) == 1;
+    if (one_token_each) return ExecuteDecodeGraph(batch);
+  }
   std::vector<int32_t> sample_rows;
   for (int32_t s = 0; s < num_seqs; ++s) {
     if (batch.sample[s]) sample_rows.push_back(batch.query_start[s + 1] - 1);
@@ -164,15 +268,113 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
                  batch.block_tables.size() * sizeof(int32_t));
   b.CopyToDevice(d_sample_rows_.as<void>(), sample_rows.data(), num_sampled * sizeof(int32_t));
 
-  AttentionMetadata meta;
-  meta.num_tokens = n;
-  meta.num_seqs = num_seqs;
-  meta.positions = d_positions_.as<int32_t>();
-  meta.query_start = d_query_start_.as<int32_t>();
-  meta.block_tables = d_block_tables_.as<int32_t>();
-  meta.max_blocks_per_seq = batch.max_blocks_per_seq;
-  meta.block_size = options_.block_size;
+  StepInputs in;
+  in.tokens = d_tokens_.as<int32_t>();
+  in.slots = d_slots_.as<int64_t>();
+  in.sample_rows = d_sample_rows_.as<int32_t>();
+  in.num_sampled = num_sampled;
+  in.meta.num_tokens = n;
+  in.meta.num_seqs = num_seqs;
+  in.meta.positions = d_positions_.as<int32_t>();
+  in.meta.query_start = d_query_start_.as<int32_t>();
+  in.meta.block_tables = d_block_tables_.as<int32_t>();
+  in.meta.max_blocks_per_seq = batch.max_blocks_per_seq;
+  in.meta.block_size = options_.block_size;
+  Forward(in);
 
+  ExecutorOutput out;
+  out.vocab_size = c.vocab_size;
+  if (num_sampled > 0) {
+    out.logits.resize(static_cast<size_t>(num_sampled) * c.vocab_size);
+    b.CopyToHost(out.logits.data(), logits_.as<void>(), out.logits.size() * sizeof(float));
+  }
+  TS_RETURN_IF_ERROR(b.Synchronize());
+  return out;
+}
+
+StatusOr<ExecutorOutput> ModelRunner::ExecuteDecodeGraph(const ScheduledBatch& batch) {
+  const ModelConfig& c = config_;
+  const int32_t num_seqs = batch.num_seqs();
+  const int32_t bs = *std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), num_seqs);
+  const int32_t width = graph_table_width_;
+  // Inputs padded to bs rows: padding rows read token 0 at position 0 through block 0 and write
+  // their K/V nowhere (slot -1); their outputs are dropped.
+  std::vector<int32_t> tokens(bs, 0), positions(bs, 0), query_start(bs + 1), rows(bs);
+  std::vector<int64_t> slots(bs, -1);
+  std::vector<int32_t> tables(static_cast<size_t>(bs) * width, 0);
+  const int32_t copy_width = std::min(width, batch.max_blocks_per_seq);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    tokens[s] = batch.token_ids[s];
+    positions[s] = batch.positions[s];
+    slots[s] = batch.slot_mapping[s];
+    std::copy_n(batch.block_tables.begin() + static_cast<size_t>(s) * batch.max_blocks_per_seq,
+                copy_width, tables.begin() + static_cast<size_t>(s) * width);
+  }
+  for (int32_t i = 0; i <= bs; ++i) query_start[i] = i;
+  for (int32_t i = 0; i < bs; ++i) rows[i] = i;
+
+  Backend& b = *backend_;
+  b.CopyToDevice(g_tokens_.as<void>(), tokens.data(), bs * sizeof(int32_t));
+  b.CopyToDevice(g_positions_.as<void>(), positions.data(), bs * sizeof(int32_t));
+  b.CopyToDevice(g_slots_.as<void>(), slots.data(), bs * sizeof(int64_t));
+  b.CopyToDevice(g_query_start_.as<void>(), query_start.data(), (bs + 1) * sizeof(int32_t));
+  b.CopyToDevice(g_block_tables_.as<void>(), tables.data(), tables.size() * sizeof(int32_t));
+  b.CopyToDevice(g_sample_rows_.as<void>(), rows.data(), bs * sizeof(int32_t));
+
+  StepInputs in;
+  in.tokens = g_tokens_.as<int32_t>();
+  in.slots = g_slots_.as<int64_t>();
+  in.sample_rows = g_sample_rows_.as<int32_t>();
+  in.num_sampled = bs;
+  in.meta.num_tokens = bs;
+  in.meta.num_seqs = bs;
+  in.meta.positions = g_positions_.as<int32_t>();
+  in.meta.query_start = g_query_start_.as<int32_t>();
+  in.meta.block_tables = g_block_tables_.as<int32_t>();
+  in.meta.max_blocks_per_seq = width;
+  in.meta.block_size = options_.block_size;
+
+  auto recorded =
+      std::find_if(graph_ids_.begin(), graph_ids_.end(),
+                   [bs](const std::pair<int32_t, int32_t>& g) { return g.first == bs; });
+  if (recorded != graph_ids_.end()) {
+    TS_RETURN_IF_ERROR(b.ReplayGraph(recorded->second));
+  } else {
+    // First step of this size: run it eagerly (which also grows the backend's scratch buffers to
+    // this shape), then record the same ops for the next steps.
+    Forward(in);
+    TS_RETURN_IF_ERROR(b.Synchronize());
+    TS_RETURN_IF_ERROR(b.BeginGraphCapture());
+    Forward(in);
+    StatusOr<int32_t> id = b.EndGraphCapture();
+    if (id.ok()) {
+      graph_ids_.emplace_back(bs, *id);
+    } else {
+      // This step's logits came from the eager run; the next steps run eagerly too.
+      std::fprintf(stderr, "tinyserve: recording a CUDA graph failed (%s); decode runs eagerly\n",
+                   id.status().ToString().c_str());
+      use_graphs_ = false;
+    }
+  }
+
+  ExecutorOutput out;
+  out.vocab_size = c.vocab_size;
+  std::vector<float> all(static_cast<size_t>(num_seqs) * c.vocab_size);
+  b.CopyToHost(all.data(), logits_.as<void>(), all.size() * sizeof(float));
+  TS_RETURN_IF_ERROR(b.Synchronize());
+  out.logits.reserve(all.size());
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    if (!batch.sample[s]) continue;
+    const auto row = all.begin() + static_cast<size_t>(s) * c.vocab_size;
+    out.logits.insert(out.logits.end(), row, row + c.vocab_size);
+  }
+  return out;
+}
+
+void ModelRunner::Forward(const StepInputs& in) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  const int32_t n = in.meta.num_tokens;
   const int32_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hidden = c.hidden_dim;
   const int32_t qkv_width = q_dim + 2 * kv_dim;
   float* x = x_.as<float>();
@@ -181,40 +383,34 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   float* att = att_.as<float>();
   float* delta = delta_.as<float>();
 
-  b.Embedding(embedding_, d_tokens_.as<int32_t>(), n, dim, x);
+  b.EmbeddingLookup(embedding_, in.tokens, n, dim, x);
   b.RmsNorm(x, layers_[0].attn_norm, n, dim, c.rms_norm_eps, xb);
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerPtrs& L = layers_[l];
     // Attention block: xb = norm(x) already.
-    b.Gemm(xb, L.wqkv, n, qkv_width, dim, qkv);
+    b.Linear(xb, L.wqkv, n, qkv_width, dim, qkv);
     float* q = qkv;
     float* k = qkv + q_dim;
     float* v = qkv + q_dim + kv_dim;
-    b.Rope(q, qkv_width, k, qkv_width, d_positions_.as<int32_t>(), n, c.num_heads, c.num_kv_heads,
+    b.Rope(q, qkv_width, k, qkv_width, in.meta.positions, n, c.num_heads, c.num_kv_heads,
            c.head_dim, c.rope_theta, c.rope_style);
-    b.WriteKvCache(k, v, qkv_width, d_slots_.as<int64_t>(), n, kv_dim, L.k_cache, L.v_cache);
-    b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, meta, c.num_heads, c.num_kv_heads,
+    b.WriteKvCache(k, v, qkv_width, in.slots, n, kv_dim, L.k_cache, L.v_cache);
+    b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
                      c.head_dim, att);
-    b.Gemm(att, L.wo, n, dim, q_dim, delta);
+    b.Linear(att, L.wo, n, dim, q_dim, delta);
     b.AddRmsNorm(x, delta, L.ffn_norm, n, dim, c.rms_norm_eps, xb);
     // Feed-forward block.
-    b.Gemm(xb, L.w13, n, 2 * hidden, dim, gate_up_.as<float>());
+    b.Linear(xb, L.w13, n, 2 * hidden, dim, gate_up_.as<float>());
     b.SiluAndMul(gate_up_.as<float>(), n, hidden, hidden_.as<float>());
-    b.Gemm(hidden_.as<float>(), L.w2, n, dim, hidden, delta);
+    b.Linear(hidden_.as<float>(), L.w2, n, dim, hidden, delta);
     const float* next_norm = l + 1 < c.num_layers ? layers_[l + 1].attn_norm : final_norm_;
     b.AddRmsNorm(x, delta, next_norm, n, dim, c.rms_norm_eps, xb);
   }
-
-  ExecutorOutput out;
-  out.vocab_size = c.vocab_size;
-  if (num_sampled > 0) {
-    b.GatherRows(xb, d_sample_rows_.as<int32_t>(), num_sampled, dim, sampled_x_.as<float>());
-    b.Gemm(sampled_x_.as<float>(), lm_head_, num_sampled, c.vocab_size, dim, logits_.as<float>());
-    out.logits.resize(static_cast<size_t>(num_sampled) * c.vocab_size);
-    b.CopyToHost(out.logits.data(), logits_.as<void>(), out.logits.size() * sizeof(float));
+  if (in.num_sampled > 0) {
+    b.GatherRows(xb, in.sample_rows, in.num_sampled, dim, sampled_x_.as<float>());
+    b.Linear(sampled_x_.as<float>(), lm_head_, in.num_sampled, c.vocab_size, dim,
+             logits_.as<float>());
   }
-  TS_RETURN_IF_ERROR(b.Synchronize());
-  return out;
 }
 
 }  // namespace tinyserve

@@ -1,14 +1,18 @@
 // ModelRunner: the ModelExecutor over a Llama-family model on one Backend (DESIGN §2, §7).
 //
-// It owns the backend, its own copy of the weights in backend memory, the paged KV cache
-// (per layer K and V [num_kv_blocks, block_size, num_kv_heads, head_dim] fp32) and the activation
-// workspace, and runs one ScheduledBatch per Execute(): every sequence of the batch is a prefill
-// chunk over its cached prefix or one decode token; logits come back for the sequences that
-// sample. Not thread-safe: the engine thread alone calls Execute().
+// It owns the backend, its own copy of the weights in backend memory (matrices in the backend's
+// weight dtype, norms fp32), the paged KV cache (per layer K and V [num_kv_blocks, block_size,
+// num_kv_heads, head_dim] fp32) and the activation workspace, and runs one ScheduledBatch per
+// Execute(): every sequence of the batch is a prefill chunk over its cached prefix or one decode
+// token; logits come back for the sequences that sample. On a backend that records graphs (CUDA),
+// a pure decode step is padded to the next recorded batch size (padding rows write to slot -1) and
+// replayed from a graph recorded on first use; everything else runs eagerly, as on the CPU. Not
+// thread-safe: the engine thread alone calls Execute().
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/model_executor.h"
@@ -19,8 +23,18 @@ namespace tinyserve {
 
 struct ModelRunnerOptions {
   int32_t block_size = 16;
-  int32_t num_kv_blocks = 0;  // REQUIRES: > 0
+  // KV blocks to allocate. 0: as many as fit in gpu_memory_utilization of the device's memory after
+  // the weights and the activation workspace (only on backends that report MemoryInfo).
+  int32_t num_kv_blocks = 0;
   int32_t max_model_len = 0;  // 0: the model's context length
+  float gpu_memory_utilization = 0.9f;
+  // Largest step the engine schedules (sequences, tokens): the workspace is sized for it up front
+  // on device backends, and decode graphs are recorded for batch sizes 1, 2, 4, 8, 16, 32, ... up
+  // to max_num_seqs (rounded up to a multiple of 16).
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  // Run every step eagerly, even on a backend that can record graphs.
+  bool enforce_eager = false;
 };
 
 class ModelRunner final : public ModelExecutor {
@@ -45,24 +59,44 @@ class ModelRunner final : public ModelExecutor {
   // Bytes of KV cache one token occupies (all layers, K and V, fp32).
   static int64_t KvBytesPerToken(const ModelConfig& config);
 
+  // The decode batch sizes graphs are recorded for, given max_num_seqs: 1, 2, 4, 8, then multiples
+  // of 16 up to max_num_seqs rounded up to 16 (only those up to the first >= max_num_seqs).
+  static std::vector<int32_t> GraphBatchSizes(int32_t max_num_seqs);
+  // Number of decode graphs recorded so far.
+  int32_t num_recorded_graphs() const { return static_cast<int32_t>(graph_ids_.size()); }
+
  private:
   struct LayerPtrs {
     const float* attn_norm;
-    const float* wqkv;
-    const float* wo;
+    WeightRef wqkv;
+    WeightRef wo;
     const float* ffn_norm;
-    const float* w13;
-    const float* w2;
+    WeightRef w13;
+    WeightRef w2;
     float* k_cache;
     float* v_cache;
+  };
+  // Device inputs of one forward pass.
+  struct StepInputs {
+    const int32_t* tokens;       // [num_tokens]
+    const int64_t* slots;        // [num_tokens]
+    const int32_t* sample_rows;  // [num_sampled]
+    int32_t num_sampled;
+    AttentionMetadata meta;
   };
 
   ModelRunner(std::shared_ptr<const LlamaWeights> weights, std::unique_ptr<Backend> backend,
               const ModelRunnerOptions& options);
   Status Init();
+  Status SizeKvCacheFromMemory();
   const float* Upload(const std::vector<float>& host);
+  WeightRef UploadMatrix(const std::vector<float>& host);
   Status EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_t num_sampled,
                          int32_t max_blocks_per_seq);
+  // Issues the ops of one forward pass; the logits of the sampled rows land in logits_.
+  void Forward(const StepInputs& in);
+  // A pure decode step through a recorded graph (recorded now if its batch size has none yet).
+  StatusOr<ExecutorOutput> ExecuteDecodeGraph(const ScheduledBatch& batch);
 
   const ModelConfig config_;
   // Held only until Init() has copied the weights into the backend's memory (which, on the CPU,
@@ -71,10 +105,11 @@ class ModelRunner final : public ModelExecutor {
   std::unique_ptr<Backend> backend_;
   ModelRunnerOptions options_;
 
-  std::vector<DeviceBuffer> weight_buffers_;  // empty when the backend reads host memory
-  const float* embedding_ = nullptr;
+  std::vector<DeviceBuffer> weight_buffers_;  // norms (fp32)
+  std::vector<void*> matrix_buffers_;         // UploadWeight results, freed with Deallocate
+  WeightRef embedding_;
   const float* final_norm_ = nullptr;
-  const float* lm_head_ = nullptr;
+  WeightRef lm_head_;
   std::vector<LayerPtrs> layers_;
   DeviceBuffer kv_cache_;
 
@@ -82,6 +117,15 @@ class ModelRunner final : public ModelExecutor {
   int32_t cap_tokens_ = 0, cap_seqs_ = 0, cap_sampled_ = 0, cap_table_ = 0;
   DeviceBuffer x_, xb_, qkv_, att_, delta_, gate_up_, hidden_, sampled_x_, logits_;
   DeviceBuffer d_tokens_, d_positions_, d_slots_, d_query_start_, d_block_tables_, d_sample_rows_;
+
+  // Decode graphs: fixed input buffers for the largest graph batch (block tables graph_table_width_
+  // wide), and the recorded graph per batch size. Graphs point at the workspace above: they are
+  // dropped whenever it grows.
+  bool use_graphs_ = false;
+  std::vector<int32_t> graph_sizes_;
+  int32_t graph_table_width_ = 0;
+  DeviceBuffer g_tokens_, g_positions_, g_slots_, g_query_start_, g_block_tables_, g_sample_rows_;
+  std::vector<std::pair<int32_t, int32_t>> graph_ids_;  // (batch size, graph id)
 };
 
 }  // namespace tinyserve

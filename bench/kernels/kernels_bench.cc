@@ -1,0 +1,279 @@
+// kernels_bench: the CUDA backend's speed as fractions of what the device can do.
+//
+//   kernels_bench [--quick]
+//
+// 1. Device copy bandwidth (cudaMemcpy device to device, 1 GiB; bytes read + written per second)
+//    and the bf16 GEMM rate (cuBLAS, 8192^3, fp32 accumulate and output).
+// 2. Decode paged attention at batch {1, 16, 64} x context {512, 4096}, 32 query / 8 KV heads,
+//    head_dim 64 and 128: K+V bytes read per second, and that as % of the copy bandwidth.
+// 3. One decode step of a Llama-3.2-1B-shaped model with random bf16 weights (hidden 2048, 16
+//    layers, 32/8 heads, intermediate 8192, vocab 128256) at batch 1 and 64 with 1024-token
+//    contexts, eager and with CUDA graphs, against the floor (weight + KV bytes / copy bandwidth).
+//    The step includes copying the logits to the host, as the engine does.
+// Prints one table; exits 1 if there is no CUDA device.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/device.h"
+#include "models/model_runner.h"
+
+namespace tinyserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool Ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    std::fprintf(stderr, "kernels_bench: %s: %s\n", what, cudaGetErrorString(e));
+  return e == cudaSuccess;
+}
+
+// Best of 5 runs of 10 copies: (read + written bytes) / s.
+double CopyBandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (!Ok(cudaMalloc(&a, bytes), "cudaMalloc") || !Ok(cudaMalloc(&b, bytes), "cudaMalloc"))
+    return 0;
+  cudaMemset(a, 1, bytes);
+  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaDeviceSynchronize();
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr);
+    cudaDeviceSynchronize();
+    best = std::max(best, 2.0 * 10 * bytes / Seconds(t0, Clock::now()));
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return best;
+}
+
+// bf16 x bf16 -> fp32 (fp32 accumulate) at m = n = k = 8192: FLOP/s, best of 5 runs of 10.
+double Bf16GemmRate() {
+  const int n = 8192;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  const size_t e = static_cast<size_t>(n) * n;
+  if (!Ok(cudaMalloc(&a, e * 2), "cudaMalloc") || !Ok(cudaMalloc(&b, e * 2), "cudaMalloc") ||
+      !Ok(cudaMalloc(&c, e * 4), "cudaMalloc")) {
+    return 0;
+  }
+  cudaMemset(a, 0, e * 2);
+  cudaMemset(b, 0, e * 2);
+  cublasHandle_t h;
+  cublasCreate(&h);
+  const float alpha = 1, beta = 0;
+  auto gemm = [&] {
+    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
+                        CUDA_R_16BF, n, &beta, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+  };
+  gemm();
+  cudaDeviceSynchronize();
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 10; ++i) gemm();
+    cudaDeviceSynchronize();
+    best = std::max(best, 10 * 2.0 * n * n * static_cast<double>(n) / Seconds(t0, Clock::now()));
+  }
+  cublasDestroy(h);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return best;
+}
+
+// Decode attention, every sequence at `context`: K+V bytes / s (mean of 50 calls).
+double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t head_dim) {
+  const int32_t heads = 32, kv_heads = 8, bs = 16;
+  const int32_t blocks_per_seq = (context + bs - 1) / bs;
+  const int32_t num_blocks = batch * blocks_per_seq;
+  const size_t kv_width = static_cast<size_t>(kv_heads) * head_dim;
+  DeviceBuffer kc(&be, static_cast<size_t>(num_blocks) * bs * kv_width * 4);
+  DeviceBuffer vc(&be, static_cast<size_t>(num_blocks) * bs * kv_width * 4);
+  DeviceBuffer q(&be, static_cast<size_t>(batch) * heads * head_dim * 4);
+  DeviceBuffer out(&be, static_cast<size_t>(batch) * heads * head_dim * 4);
+  std::vector<int32_t> positions(batch, context - 1), qs(batch + 1), tables(num_blocks);
+  for (int32_t i = 0; i <= batch; ++i) qs[i] = i;
+  for (int32_t i = 0; i < num_blocks; ++i) tables[i] = i;
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(1));
+  DeviceBuffer d_pos(&be, batch * 4), d_qs(&be, (batch + 1) * 4), d_tables(&be, num_blocks * 4);
+  if (!kc.ok() || !vc.ok()) return 0;
+  be.CopyToDevice(d_pos.as<void>(), positions.data(), batch * 4);
+  be.CopyToDevice(d_qs.as<void>(), qs.data(), (batch + 1) * 4);
+  be.CopyToDevice(d_tables.as<void>(), tables.data(), num_blocks * 4);
+  AttentionMetadata meta;
+  meta.num_tokens = batch;
+  meta.num_seqs = batch;
+  meta.positions = d_pos.as<int32_t>();
+  meta.query_start = d_qs.as<int32_t>();
+  meta.block_tables = d_tables.as<int32_t>();
+  meta.max_blocks_per_seq = blocks_per_seq;
+  meta.block_size = bs;
+  auto run = [&] {
+    be.PagedAttention(q.as<float>(), heads * head_dim, kc.as<float>(), vc.as<float>(), meta, heads,
+                      kv_heads, head_dim, out.as<float>());
+  };
+  run();
+  if (!be.Synchronize().ok()) return 0;
+  const int iters = 50;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) run();
+  if (!be.Synchronize().ok()) return 0;
+  const double bytes = 2.0 * batch * context * kv_width * 4;
+  return iters * bytes / Seconds(t0, Clock::now());
+}
+
+std::shared_ptr<const LlamaWeights> RandomLlama1B() {
+  auto w = std::make_shared<LlamaWeights>();
+  ModelConfig& c = w->config;
+  c.name = "llama-3.2-1b-shaped";
+  c.dim = 2048;
+  c.hidden_dim = 8192;
+  c.num_layers = 16;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 64;
+  c.vocab_size = 128256;
+  c.max_seq_len = 2048;
+  c.rope_theta = 500000.0f;
+  c.rope_style = RopeStyle::kNeox;
+  c.shared_classifier = true;
+  // One random tile, repeated: filling 1.2 G floats one by one would take longer than the bench.
+  std::vector<float> tile(1 << 20);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-0.02f, 0.02f);
+  for (float& x : tile) x = d(rng);
+  auto fill = [&](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (size_t off = 0; off < n; off += tile.size()) {
+      std::memcpy(v.data() + off, tile.data(), std::min(tile.size(), n - off) * 4);
+    }
+  };
+  const size_t dim = c.dim;
+  fill(w->token_embedding, static_cast<size_t>(c.vocab_size) * dim);
+  w->final_norm.assign(dim, 1.0f);
+  w->layers.resize(c.num_layers);
+  for (auto& L : w->layers) {
+    L.attn_norm.assign(dim, 1.0f);
+    L.ffn_norm.assign(dim, 1.0f);
+    fill(L.wqkv, (static_cast<size_t>(c.q_dim()) + 2 * c.kv_dim()) * dim);
+    fill(L.wo, dim * c.q_dim());
+    fill(L.w13, 2 * static_cast<size_t>(c.hidden_dim) * dim);
+    fill(L.w2, dim * c.hidden_dim);
+  }
+  return w;
+}
+
+// Mean seconds of one decode step of `batch` sequences at position `context` (after 3 warm-ups).
+double DecodeStep(ModelRunner& runner, int32_t batch, int32_t context, int iters) {
+  const int32_t bs = runner.block_size();
+  const int32_t per_seq = (context + 1 + bs - 1) / bs;
+  ScheduledBatch b;
+  b.max_blocks_per_seq = per_seq;
+  for (int32_t s = 0; s < batch; ++s) {
+    std::vector<int32_t> blocks(per_seq);
+    for (int32_t i = 0; i < per_seq; ++i) blocks[i] = s * per_seq + i;
+    const int64_t slot = static_cast<int64_t>(blocks[context / bs]) * bs + context % bs;
+    b.AddSequence({(s * 7919) % runner.vocab_size()}, {context}, {slot}, context + 1, blocks, true);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto out = runner.Execute(b);
+    if (!out.ok()) {
+      std::fprintf(stderr, "kernels_bench: decode step: %s\n", out.status().ToString().c_str());
+      return 0;
+    }
+  }
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    if (!runner.Execute(b).ok()) return 0;
+  }
+  return Seconds(t0, Clock::now()) / iters;
+}
+
+int Main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  StatusOr<int> gpus = ProbeCudaDevices();
+  if (!gpus.ok()) {
+    std::fprintf(stderr, "kernels_bench: %s\n", gpus.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("device: %s\n", DescribeCudaDevice(0).c_str());
+  const double bw = CopyBandwidth();
+  const double gemm = Bf16GemmRate();
+  std::printf("\n%-44s %12s\n", "measure", "value");
+  std::printf("%-44s %9.0f GB/s\n", "device copy bandwidth (read+write)", bw / 1e9);
+  std::printf("%-44s %9.1f TFLOP/s\n", "bf16 GEMM 8192^3 (fp32 accumulate)", gemm / 1e12);
+
+  {
+    CudaBackendOptions o;
+    o.weight_dtype = DType::kFloat32;
+    auto be = CreateCudaBackend(o);
+    if (!be.ok()) {
+      std::fprintf(stderr, "kernels_bench: %s\n", be.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("\ndecode paged attention, 32 q / 8 kv heads, fp32 KV cache, block 16\n");
+    std::printf("%-8s %-8s %-9s %10s %10s\n", "batch", "context", "head_dim", "GB/s", "% copy");
+    for (int32_t hd : {64, 128}) {
+      for (int32_t batch : {1, 16, 64}) {
+        for (int32_t ctx : {512, 4096}) {
+          const double g = AttentionBandwidth(**be, batch, ctx, hd);
+          std::printf("%-8d %-8d %-9d %10.0f %9.1f%%\n", batch, ctx, hd, g / 1e9, 100 * g / bw);
+        }
+      }
+    }
+  }
+
+  std::printf("\nLlama-3.2-1B-shaped decode step, bf16 weights, fp32 KV, context 1024\n");
+  std::printf("%-6s %-8s %10s %10s %8s\n", "batch", "mode", "step ms", "floor ms", "x floor");
+  std::shared_ptr<const LlamaWeights> weights = RandomLlama1B();
+  const ModelConfig config = weights->config;
+  const double weight_bytes = 2.0 * static_cast<double>(config.num_parameters());
+  for (bool eager : {true, false}) {
+    CudaBackendOptions o;
+    o.weight_dtype = DType::kBFloat16;
+    auto be = CreateCudaBackend(o);
+    if (!be.ok()) return 1;
+    ModelRunnerOptions ro;
+    ro.block_size = 16;
+    ro.max_num_seqs = 64;
+    ro.max_num_batched_tokens = 2048;
+    ro.num_kv_blocks = 64 * ((1025 + 15) / 16);
+    ro.enforce_eager = eager;
+    auto runner = ModelRunner::Create(weights, std::move(be).value(), ro);
+    if (!runner.ok()) {
+      std::fprintf(stderr, "kernels_bench: %s\n", runner.status().ToString().c_str());
+      return 1;
+    }
+    for (int32_t batch : {1, 64}) {
+      const double step = DecodeStep(**runner, batch, 1024, quick ? 5 : 20);
+      const double kv_bytes =
+          static_cast<double>(batch) * 1025 * ModelRunner::KvBytesPerToken(config);
+      const double floor = (weight_bytes + kv_bytes) / bw;
+      std::printf("%-6d %-8s %10.3f %10.3f %8.2f\n", batch, eager ? "eager" : "graphs", step * 1e3,
+                  floor * 1e3, step / floor);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tinyserve
+
+int main(int argc, char** argv) { return tinyserve::Main(argc, argv); }

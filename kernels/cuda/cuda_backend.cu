@@ -1,0 +1,406 @@
+// The CUDA backend: one device, one non-blocking stream, one cuBLAS handle. Ops are launched
+// asynchronously on the stream; the first CUDA or cuBLAS error is kept and reported by
+// Synchronize() (and by the graph calls). GEMMs: cuBLAS, bf16 weights x bf16-rounded activations
+// with fp32 accumulation and fp32 outputs, or fp32 throughout (no TF32) for parity with the CPU.
+// Scratch buffers (attention splits, bf16 activations) only grow; outgrown ones are kept until the
+// backend goes, so recorded CUDA graphs never point at freed memory.
+//
+// cuBLAS is loaded with dlopen when the first CUDA backend is created, not linked into the binary:
+// libcublas + libcublasLt are ~700 MB whose loading and relocation would cost every run, CPU-only
+// ones included, seconds at start-up and 200+ MB of memory.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/device.h"
+
+namespace tinyserve {
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+// The cuBLAS entry points the backend uses (the _v2 names the cublas_v2.h macros stand for).
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetWorkspace_v2) set_workspace = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  // (cublas_api.h overloads cublasGemmEx in C++; this is the exported C function.)
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+// Loads libcublas.so.<major of the headers> once: from the library search path (the binary's
+// RUNPATH holds the CUDA library folder), else from the toolkit's folder found at build time.
+StatusOr<const CublasApi*> LoadCublas() {
+  static CublasApi api;
+  static const std::string error = [] {
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      lib = dlopen((std::string(TINYSERVE_CUDA_LIBRARY_DIR) + "/" + name).c_str(),
+                   RTLD_NOW | RTLD_LOCAL);
+    }
+    if (lib == nullptr) return "cannot load " + name + ": " + dlerror();
+    bool ok = true;
+    auto load = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      ok = ok && fn != nullptr;
+    };
+    load(api.create, "cublasCreate_v2");
+    load(api.destroy, "cublasDestroy_v2");
+    load(api.set_stream, "cublasSetStream_v2");
+    load(api.set_workspace, "cublasSetWorkspace_v2");
+    load(api.set_math_mode, "cublasSetMathMode");
+    load(api.sgemm, "cublasSgemm_v2");
+    load(api.gemm_ex, "cublasGemmEx");
+    load(api.status_string, "cublasGetStatusString");
+    return ok ? std::string() : name + " lacks an expected cuBLAS function";
+  }();
+  if (!error.empty()) return Unavailable(error);
+  return &api;
+}
+
+std::string CudaError(const char* what, cudaError_t err) {
+  return std::string(what) + ": " + cudaGetErrorString(err) + " (error " +
+         std::to_string(static_cast<int>(err)) + ")";
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, DType dtype, const CublasApi* blas)
+      : device_(device), dtype_(dtype), blas_(*blas) {}
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    ClearGraphs();
+    for (void* p : retired_) cudaFree(p);
+    if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
+    if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
+    if (cublas_ != nullptr) blas_.destroy(cublas_);
+    if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status Init() {
+    cudaError_t err = cudaSetDevice(device_);
+    if (err != cudaSuccess) return Unavailable(CudaError("cudaSetDevice", err));
+    err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (err != cudaSuccess) return Unavailable(CudaError("cudaStreamCreate", err));
+    cudaDeviceProp prop{};
+    err = cudaGetDeviceProperties(&prop, device_);
+    if (err != cudaSuccess) return Unavailable(CudaError("cudaGetDeviceProperties", err));
+    num_sms_ = prop.multiProcessorCount;
+    device_name_ = prop.name;
+    if (blas_.create(&cublas_) != CUBLAS_STATUS_SUCCESS) return Unavailable("cublasCreate failed");
+    // A fixed workspace: cuBLAS must not allocate while a CUDA graph is being recorded.
+    err = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes);
+    if (err != cudaSuccess) return ResourceExhausted(CudaError("cudaMalloc", err));
+    if (blas_.set_stream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS ||
+        blas_.set_workspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) !=
+            CUBLAS_STATUS_SUCCESS ||
+        blas_.set_math_mode(cublas_, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+      return Unavailable("cuBLAS setup failed");
+    }
+    return Status::Ok();
+  }
+
+  std::string name() const override {
+    return "cuda (" + device_name_ + ", " + DTypeName(dtype_) + " weights, cuBLAS)";
+  }
+
+  // ---- memory -----------------------------------------------------------------------------------
+  void* Allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is an answer, not a sticky error
+      return nullptr;
+    }
+    Check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+    return p;
+  }
+  void Deallocate(void* ptr) override {
+    if (ptr == nullptr) return;
+    cudaStreamSynchronize(stream_);  // no queued op may still use it
+    cudaFree(ptr);
+  }
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
+    // From pageable memory the call returns once `host_src` has been staged: the caller may reuse
+    // it.
+    if (bytes > 0)
+      Check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "H2D copy");
+  }
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    Check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "D2H copy");
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  Status Synchronize() override {
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return error_;
+  }
+  bool MemoryInfo(size_t* free_bytes, size_t* total_bytes) const override {
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+  }
+
+  // ---- weights ----------------------------------------------------------------------------------
+  DType weight_dtype() const override { return dtype_; }
+
+  WeightRef UploadWeight(const float* host, size_t count) override {
+    if (dtype_ == DType::kFloat32) return Backend::UploadWeight(host, count);
+    void* dst = Allocate(count * sizeof(__nv_bfloat16));
+    if (dst == nullptr) return {};
+    // Through an fp32 staging buffer of at most 16 Mi values, converted on the device.
+    const size_t chunk = std::min<size_t>(count, size_t{16} << 20);
+    float* staging = static_cast<float*>(Allocate(chunk * sizeof(float)));
+    if (staging == nullptr) {
+      Deallocate(dst);
+      return {};
+    }
+    for (size_t off = 0; off < count; off += chunk) {
+      const size_t c = std::min(chunk, count - off);
+      CopyToDevice(staging, host + off, c * sizeof(float));
+      Check(cuda::LaunchFloatToBf16(staging, c, static_cast<__nv_bfloat16*>(dst) + off, stream_),
+            "FloatToBf16");
+    }
+    Deallocate(staging);
+    return {dst, DType::kBFloat16};
+  }
+
+  void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
+    if (m <= 0 || n <= 0) return;
+    // Row-major y [m, n] = x [m, k] * w [n, k]^T is column-major y^T [n, m] = w^T-op(w) * x.
+    const float alpha = 1.0f, beta = 0.0f;
+    CheckBlas(
+        blas_.sgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, k, x, k, &beta, y, n),
+        "cublasSgemm");
+  }
+
+  void Linear(const float* x, WeightRef w, int32_t m, int32_t n, int32_t k, float* y) override {
+    if (w.dtype == DType::kFloat32) {
+      Gemm(x, static_cast<const float*>(w.data), m, n, k, y);
+      return;
+    }
+    if (m <= 0 || n <= 0) return;
+    const size_t count = static_cast<size_t>(m) * k;
+    __nv_bfloat16* xb = static_cast<__nv_bfloat16*>(
+        Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
+    if (xb == nullptr) return;
+    Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
+    const float alpha = 1.0f, beta = 0.0f;
+    CheckBlas(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data, CUDA_R_16BF,
+                            k, xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+  }
+
+  // ---- ops --------------------------------------------------------------------------------------
+  void Embedding(const float* table, const int32_t* ids, int32_t n, int32_t dim,
+                 float* out) override {
+    Check(cuda::LaunchEmbedding(table, false, ids, n, dim, out, stream_), "Embedding");
+  }
+  void EmbeddingLookup(WeightRef table, const int32_t* ids, int32_t n, int32_t dim,
+                       float* out) override {
+    Check(cuda::LaunchEmbedding(table.data, table.dtype == DType::kBFloat16, ids, n, dim, out,
+                                stream_),
+          "Embedding");
+  }
+  void RmsNorm(const float* x, const float* weight, int32_t n, int32_t dim, float eps,
+               float* out) override {
+    Check(cuda::LaunchRmsNorm(x, nullptr, nullptr, weight, n, dim, eps, out, stream_), "RmsNorm");
+  }
+  void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n, int32_t dim,
+                  float eps, float* out) override {
+    Check(cuda::LaunchRmsNorm(nullptr, residual, delta, weight, n, dim, eps, out, stream_),
+          "AddRmsNorm");
+  }
+  void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
+            int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, float theta,
+            RopeStyle style) override {
+    Check(cuda::LaunchRope(q, q_stride, k, k_stride, positions, n, num_heads, num_kv_heads,
+                           head_dim, theta, style == RopeStyle::kNeox, stream_),
+          "Rope");
+  }
+  void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
+                    int32_t kv_width, float* k_cache, float* v_cache) override {
+    Check(cuda::LaunchWriteKvCache(k, v, stride, slots, n, kv_width, k_cache, v_cache, stream_),
+          "WriteKvCache");
+  }
+  void PagedAttention(const float* q, int32_t q_stride, const float* k_cache, const float* v_cache,
+                      const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
+                      int32_t head_dim, float* out) override {
+    cuda::PagedAttentionArgs a;
+    a.q = q;
+    a.q_stride = q_stride;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.positions = meta.positions;
+    a.query_start = meta.query_start;
+    a.block_tables = meta.block_tables;
+    a.num_tokens = meta.num_tokens;
+    a.num_seqs = meta.num_seqs;
+    a.max_blocks_per_seq = meta.max_blocks_per_seq;
+    a.block_size = meta.block_size;
+    a.num_heads = num_heads;
+    a.num_kv_heads = num_kv_heads;
+    a.head_dim = head_dim;
+    a.out = out;
+    const int32_t splits = cuda::ChooseAttentionSplits(
+        meta.num_tokens, num_heads, meta.max_blocks_per_seq * meta.block_size, num_sms_);
+    const size_t floats =
+        cuda::PagedAttentionScratchFloats(meta.num_tokens, num_heads, head_dim, splits);
+    float* scratch = nullptr;
+    if (floats > 0) {
+      scratch = static_cast<float*>(Scratch(&attn_scratch_, &attn_scratch_bytes_, floats * 4));
+      if (scratch == nullptr) return;
+    }
+    Check(cuda::LaunchPagedAttention(a, splits, scratch, stream_), "PagedAttention");
+  }
+  void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
+    Check(cuda::LaunchSiluAndMul(gate_up, n, hidden, out, stream_), "SiluAndMul");
+  }
+  void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
+                  float* out) override {
+    Check(cuda::LaunchGatherRows(x, rows, m, dim, out, stream_), "GatherRows");
+  }
+  void AddBias(float* y, const float* bias, int32_t m, int32_t n) override {
+    Check(cuda::LaunchAddBias(y, bias, m, n, stream_), "AddBias");
+  }
+
+  // ---- graphs -----------------------------------------------------------------------------------
+  bool SupportsGraphs() const override { return true; }
+  Status BeginGraphCapture() override {
+    if (!error_.ok()) return error_;
+    const cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    if (err != cudaSuccess) return Internal(CudaError("cudaStreamBeginCapture", err));
+    capturing_ = true;
+    return Status::Ok();
+  }
+  // A failed capture is reported here and forgotten: nothing ran, so the stream and the memory
+  // are as they were before BeginGraphCapture (which required no earlier error).
+  StatusOr<int32_t> EndGraphCapture() override {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      static_cast<void>(error_ = Status::Ok());
+      return Internal(CudaError("cudaStreamEndCapture", err));
+    }
+    if (!error_.ok()) {  // an op failed to record
+      cudaGraphDestroy(graph);
+      Status failed = std::move(error_);
+      static_cast<void>(error_ = Status::Ok());
+      return failed;
+    }
+    cudaGraphExec_t exec = nullptr;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return Internal(CudaError("cudaGraphInstantiate", err));
+    }
+    graphs_.push_back(exec);
+    return static_cast<int32_t>(graphs_.size() - 1);
+  }
+  Status ReplayGraph(int32_t id) override {
+    if (id < 0 || id >= static_cast<int32_t>(graphs_.size()) || graphs_[id] == nullptr) {
+      return InvalidArgument("no recorded graph " + std::to_string(id));
+    }
+    Check(cudaGraphLaunch(graphs_[id], stream_), "cudaGraphLaunch");
+    return error_;
+  }
+  void ClearGraphs() override {
+    for (cudaGraphExec_t g : graphs_) {
+      if (g != nullptr) cudaGraphExecDestroy(g);
+    }
+    graphs_.clear();
+  }
+
+ private:
+  // Keeps the first error. (The cast: nvcc warns about discarding Status& from operator=.)
+  void SetError(Status s) {
+    if (error_.ok()) static_cast<void>(error_ = std::move(s));
+  }
+  void Check(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) SetError(Internal(CudaError(what, err)));
+  }
+  void CheckBlas(cublasStatus_t st, const char* what) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      SetError(Internal(std::string(what) + ": " + blas_.status_string(st)));
+    }
+  }
+
+  // A scratch buffer of at least `bytes`, grown by doubling; the outgrown one is retired (kept
+  // until the backend goes). Growing while a graph is being recorded is an error.
+  void* Scratch(void** buf, size_t* cap, size_t bytes) {
+    if (bytes <= *cap) return *buf;
+    if (capturing_) {
+      SetError(Internal("scratch buffer grown while recording a CUDA graph"));
+      return nullptr;
+    }
+    const size_t want = std::max(bytes, *cap * 2);
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, want);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      SetError(ResourceExhausted(CudaError("scratch cudaMalloc", err)));
+      return nullptr;
+    }
+    if (*buf != nullptr) retired_.push_back(*buf);
+    *buf = p;
+    *cap = want;
+    return p;
+  }
+
+  const int device_;
+  const DType dtype_;
+  const CublasApi blas_;
+  std::string device_name_;
+  int num_sms_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  void* attn_scratch_ = nullptr;
+  size_t attn_scratch_bytes_ = 0;
+  void* bf16_scratch_ = nullptr;
+  size_t bf16_scratch_bytes_ = 0;
+  std::vector<void*> retired_;
+  std::vector<cudaGraphExec_t> graphs_;
+  bool capturing_ = false;
+  Status error_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
+  StatusOr<int> count = ProbeCudaDevices();
+  if (!count.ok()) return count.status();
+  if (options.device < 0 || options.device >= *count) {
+    return InvalidArgument("CUDA device " + std::to_string(options.device) + " does not exist (" +
+                           std::to_string(*count) + " found)");
+  }
+  StatusOr<const CublasApi*> blas = LoadCublas();
+  if (!blas.ok()) return blas.status();
+  auto backend = std::make_unique<CudaBackend>(options.device, options.weight_dtype, *blas);
+  TS_RETURN_IF_ERROR(backend->Init());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,202 @@
+// The row-wise and element-wise CUDA kernels: embedding, RMSNorm (+ fused residual add), RoPE, K/V
+// cache writes, SiLU-and-mul, row gathers, bias add, fp32 -> bf16. Each follows its CPU twin in
+// kernels/cpu/cpu_backend.cc (same formulas, same float functions; only summation order differs).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
+
+namespace tinyserve::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// Grid size for a grid-stride loop over `count` elements.
+unsigned GridFor(size_t count, int threads) {
+  const size_t blocks = (count + threads - 1) / threads;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(blocks, 65535 * 8)));
+}
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// One block per token.
+template <typename T>
+__global__ void EmbeddingKernel(const T* table, const int32_t* ids, int32_t dim, float* out) {
+  const size_t t = blockIdx.x;
+  const T* row = table + static_cast<size_t>(ids[t]) * dim;
+  for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) out[t * dim + j] = ToFloat(row[j]);
+}
+
+// One block per row. kAdd: residual[row] += delta[row] first, then normalize residual[row].
+template <bool kAdd>
+__global__ void RmsNormKernel(const float* x, float* residual, const float* delta,
+                              const float* weight, int32_t dim, float eps, float* out) {
+  __shared__ float red[32];
+  const size_t base = static_cast<size_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    float v;
+    if constexpr (kAdd) {
+      v = residual[base + j] + delta[base + j];
+      residual[base + j] = v;  // read back below by this same thread only
+    } else {
+      v = x[base + j];
+    }
+    ss += v * v;
+  }
+  ss = BlockSum(ss, red);
+  // As the CPU: ss / dim + eps, then 1 / sqrt.
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  const float* src = kAdd ? residual : x;
+  for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    out[base + j] = weight[j] * (scale * src[base + j]);
+  }
+}
+
+// One block per token; each thread rotates (head, pair) items.
+__global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_stride,
+                           const int32_t* positions, int32_t num_heads, int32_t num_kv_heads,
+                           int32_t head_dim, float theta, bool neox) {
+  const size_t t = blockIdx.x;
+  const int32_t half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  const int32_t items = (num_heads + num_kv_heads) * half;
+  for (int32_t idx = threadIdx.x; idx < items; idx += blockDim.x) {
+    const int32_t h = idx / half, i = idx % half;
+    float* head = h < num_heads ? q + t * q_stride + h * head_dim
+                                : k + t * k_stride + (h - num_heads) * head_dim;
+    const float freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    const float val = pos * freq;
+    const float c = cosf(val), s = sinf(val);
+    const int32_t a = neox ? i : 2 * i;
+    const int32_t b = neox ? i + half : 2 * i + 1;
+    const float v0 = head[a], v1 = head[b];
+    head[a] = v0 * c - v1 * s;
+    head[b] = v0 * s + v1 * c;
+  }
+}
+
+// One block per token.
+__global__ void WriteKvCacheKernel(const float* k, const float* v, int32_t stride,
+                                   const int64_t* slots, int32_t kv_width, float* k_cache,
+                                   float* v_cache) {
+  const size_t t = blockIdx.x;
+  const int64_t slot = slots[t];
+  if (slot < 0) return;  // padding row
+  for (int32_t j = threadIdx.x; j < kv_width; j += blockDim.x) {
+    k_cache[slot * kv_width + j] = k[t * stride + j];
+    v_cache[slot * kv_width + j] = v[t * stride + j];
+  }
+}
+
+__global__ void SiluAndMulKernel(const float* gate_up, int32_t n, int32_t hidden, float* out) {
+  const size_t count = static_cast<size_t>(n) * hidden;
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t t = idx / hidden, i = idx % hidden;
+    float val = gate_up[t * 2 * hidden + i];
+    val *= 1.0f / (1.0f + expf(-val));
+    out[idx] = val * gate_up[t * 2 * hidden + hidden + i];
+  }
+}
+
+// One block per output row.
+__global__ void GatherRowsKernel(const float* x, const int32_t* rows, int32_t dim, float* out) {
+  const size_t i = blockIdx.x;
+  const float* src = x + static_cast<size_t>(rows[i]) * dim;
+  for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
+}
+
+__global__ void AddBiasKernel(float* y, const float* bias, int32_t m, int32_t n) {
+  const size_t count = static_cast<size_t>(m) * n;
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    y[idx] += bias[idx % n];
+  }
+}
+
+__global__ void FloatToBf16Kernel(const float* src, size_t count, __nv_bfloat16* dst) {
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < count;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[idx] = __float2bfloat16_rn(src[idx]);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, int32_t n,
+                            int32_t dim, float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (bf16) {
+    EmbeddingKernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), ids,
+                                                   dim, out);
+  } else {
+    EmbeddingKernel<<<n, kRowThreads, 0, stream>>>(static_cast<const float*>(table), ids, dim, out);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, const float* weight,
+                          int32_t n, int32_t dim, float eps, float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (residual != nullptr) {
+    RmsNormKernel<true>
+        <<<n, kRowThreads, 0, stream>>>(nullptr, residual, delta, weight, dim, eps, out);
+  } else {
+    RmsNormKernel<false><<<n, kRowThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
+                       const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
+                       int32_t head_dim, float theta, bool neox, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  RopeKernel<<<n, 128, 0, stream>>>(q, q_stride, k, k_stride, positions, num_heads, num_kv_heads,
+                                    head_dim, theta, neox);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
+                               int32_t n, int32_t kv_width, float* k_cache, float* v_cache,
+                               cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  WriteKvCacheKernel<<<n, kRowThreads, 0, stream>>>(k, v, stride, slots, kv_width, k_cache,
+                                                    v_cache);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out,
+                             cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(n) * hidden;
+  if (count == 0) return cudaSuccess;
+  SiluAndMulKernel<<<GridFor(count, 256), 256, 0, stream>>>(gate_up, n, hidden, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
+                             float* out, cudaStream_t stream) {
+  if (m <= 0) return cudaSuccess;
+  GatherRowsKernel<<<m, kRowThreads, 0, stream>>>(x, rows, dim, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddBias(float* y, const float* bias, int32_t m, int32_t n, cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(m) * n;
+  if (count == 0) return cudaSuccess;
+  AddBiasKernel<<<GridFor(count, 256), 256, 0, stream>>>(y, bias, m, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFloatToBf16(const float* src, size_t count, void* dst, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  FloatToBf16Kernel<<<GridFor(count, 256), 256, 0, stream>>>(src, count,
+                                                             static_cast<__nv_bfloat16*>(dst));
+  return cudaGetLastError();
+}
+
+}  // namespace tinyserve::cuda

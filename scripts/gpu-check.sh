@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the GPU checks in one command, for a machine with nvcc, CMake and Python but no
+# Debian dev packages (no GoogleTest, OpenBLAS, httplib, prometheus-cpp, nlohmann, CLI11, PCRE2)
+# and no network.
+#
+#   scripts/gpu-check.sh --prepare   # on a dev machine (has /usr/src/googletest and nlohmann):
+#                                    # copies both into third_party/ (git-ignored); carry that
+#                                    # folder to the GPU machine with the working tree (for the
+#                                    # device tool: carry ["third_party"], ~5 MB)
+#   scripts/gpu-check.sh             # on the GPU machine: builds in build-gpu/ with
+#                                    # -DTINYSERVE_GPU_CHECK=ON (engine, kernels, model runner,
+#                                    # tests/gpu, bench/kernels only), runs the `gpu` tests, then
+#                                    # bench/kernels, and prints their table. Under 8 minutes.
+#   scripts/gpu-check.sh --build-only  # configure + compile only (works without a GPU)
+#
+# Environment: SHARED_DIR (default ./shared if present, else ../shared), CUDA_ARCHS (default:
+# native when nvidia-smi sees a GPU, else "80;90"), BUILD_DIR (default build-gpu), JOBS (default
+# nproc), EXTRA_CMAKE_ARGS (e.g. -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON to prove here that no
+# system package is used).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  [[ -f /usr/src/googletest/CMakeLists.txt ]] || { echo "no /usr/src/googletest here" >&2; exit 1; }
+  [[ -f /usr/include/nlohmann/json.hpp ]] || { echo "no /usr/include/nlohmann here" >&2; exit 1; }
+  rm -rf third_party/googletest third_party/nlohmann
+  mkdir -p third_party/nlohmann/include
+  cp -r /usr/src/googletest third_party/googletest
+  cp -r /usr/include/nlohmann third_party/nlohmann/include/nlohmann
+  echo "prepared third_party/googletest and third_party/nlohmann (git-ignored; carry them along)"
+  exit 0
+fi
+
+BUILD_ONLY=0
+[[ "${1:-}" == "--build-only" ]] && BUILD_ONLY=1
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+# The shared data (stories260K, golden outputs): ./shared when the tree carries it, else ../shared.
+if [[ -z "${SHARED_DIR:-}" ]]; then
+  if [[ -d shared/models ]]; then SHARED_DIR=$ROOT/shared; else SHARED_DIR=$ROOT/../shared; fi
+fi
+JOBS=${JOBS:-$(nproc)}
+NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [[ -z "${CUDA_ARCHS:-}" ]]; then
+  if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+    CUDA_ARCHS=native
+  else
+    CUDA_ARCHS="80;90"
+  fi
+fi
+for d in third_party/googletest third_party/nlohmann/include/nlohmann; do
+  if [[ ! -d "$d" ]]; then
+    echo "missing $d: run scripts/gpu-check.sh --prepare on a dev machine" >&2
+    exit 1
+  fi
+done
+
+start=$(date +%s)
+echo "== configure ($BUILD_DIR, CUDA archs $CUDA_ARCHS)"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTINYSERVE_GPU_CHECK=ON -DTINYSERVE_CUDA=ON \
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" \
+  -DTINYSERVE_SHARED_DIR="$SHARED_DIR" ${EXTRA_CMAKE_ARGS:-} > "$BUILD_DIR.configure.log" 2>&1 \
+  || { cat "$BUILD_DIR.configure.log"; exit 1; }
+echo "== build (test_gpu, kernels_bench; $JOBS jobs)"
+cmake --build "$BUILD_DIR" -j "$JOBS" --target test_gpu kernels_bench
+echo "   built in $(( $(date +%s) - start )) s"
+[[ $BUILD_ONLY == 1 ]] && exit 0
+
+status=0
+echo "== gpu tests"
+ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 240 -j 1 || status=1
+echo "== kernel benchmarks"
+"$BUILD_DIR/bin/kernels_bench" || status=1
+echo "== done in $(( $(date +%s) - start )) s (status $status)"
+exit $status

@@ -1,0 +1,364 @@
+// The CUDA backend's ops against the CPU backend (the oracle) on fresh random inputs with awkward
+// sizes: 17, 54, 97 tokens; partial last blocks; block sizes 1, 8, 16; GQA ratios 1, 2, 4;
+// shuffled block tables; contexts past 4096. Every output buffer is poisoned with NaN on both
+// backends first, so an element the kernel forgets to write fails. Copies are compared bit for
+// bit; arithmetic with |gpu - cpu| <= atol + rtol * |cpu|. Skips without a CUDA device.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <utility>
+
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tinyserve {
+namespace {
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+int32_t RandInt(std::mt19937& rng, int32_t lo, int32_t hi) {
+  return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
+}
+
+class CudaKernelTest : public ::testing::Test {
+ protected:
+  // The same data on both backends.
+  struct Twin {
+    DeviceBuffer cpu, gpu;
+    size_t bytes = 0;
+    template <typename T>
+    T* c() const {
+      return cpu.as<T>();
+    }
+    template <typename T>
+    T* g() const {
+      return gpu.as<T>();
+    }
+  };
+
+  void SetUp() override {
+    TS_SKIP_WITHOUT_CUDA();
+    cpu_ = CreateCpuBackend(2);
+    gpu_ = MakeCudaBackend(DType::kFloat32);
+    ASSERT_NE(gpu_, nullptr);
+  }
+
+  template <typename T>
+  Twin Put(const std::vector<T>& host) {
+    Twin t;
+    t.bytes = host.size() * sizeof(T);
+    t.cpu = DeviceBuffer(cpu_.get(), t.bytes);
+    t.gpu = DeviceBuffer(gpu_.get(), t.bytes);
+    cpu_->CopyToDevice(t.cpu.as<void>(), host.data(), t.bytes);
+    gpu_->CopyToDevice(t.gpu.as<void>(), host.data(), t.bytes);
+    return t;
+  }
+  Twin Poisoned(size_t count) { return Put(std::vector<float>(count, kNan)); }
+
+  std::vector<float> FromCpu(const Twin& t) {
+    std::vector<float> h(t.bytes / 4);
+    cpu_->CopyToHost(h.data(), t.cpu.as<void>(), t.bytes);
+    return h;
+  }
+  std::vector<float> FromGpu(const Twin& t) {
+    const Status s = gpu_->Synchronize();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    std::vector<float> h(t.bytes / 4);
+    gpu_->CopyToHost(h.data(), t.gpu.as<void>(), t.bytes);
+    return h;
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+TEST_F(CudaKernelTest, EmbeddingCopiesRowsExactly) {
+  std::mt19937 rng(1);
+  const int32_t vocab = 97, dim = 54, n = 17;
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = RandInt(rng, 0, vocab - 1);
+  ids[0] = vocab - 1;
+  Twin table = Put(Random(rng, static_cast<size_t>(vocab) * dim)), d_ids = Put(ids);
+  Twin out = Poisoned(static_cast<size_t>(n + 1) * dim);  // one row past the end stays NaN
+  cpu_->Embedding(table.c<float>(), d_ids.c<int32_t>(), n, dim, out.c<float>());
+  gpu_->Embedding(table.g<float>(), d_ids.g<int32_t>(), n, dim, out.g<float>());
+  EXPECT_TRUE(Bitwise(FromGpu(out), FromCpu(out)));
+}
+
+TEST_F(CudaKernelTest, Bf16EmbeddingIsTheRoundedTable) {
+  std::unique_ptr<Backend> bf16 = MakeCudaBackend(DType::kBFloat16);
+  ASSERT_NE(bf16, nullptr);
+  ASSERT_EQ(bf16->weight_dtype(), DType::kBFloat16);
+  std::mt19937 rng(2);
+  const int32_t vocab = 54, dim = 97, n = 17;
+  const std::vector<float> table = Random(rng, static_cast<size_t>(vocab) * dim, -3.0f, 3.0f);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = RandInt(rng, 0, vocab - 1);
+  const WeightRef w = bf16->UploadWeight(table.data(), table.size());
+  ASSERT_NE(w.data, nullptr);
+  ASSERT_EQ(w.dtype, DType::kBFloat16);
+  DeviceBuffer d_ids(bf16.get(), ids.size() * 4);
+  bf16->CopyToDevice(d_ids.as<void>(), ids.data(), ids.size() * 4);
+  const std::vector<float> nan(static_cast<size_t>(n) * dim, kNan);
+  DeviceBuffer out(bf16.get(), nan.size() * 4);
+  bf16->CopyToDevice(out.as<void>(), nan.data(), nan.size() * 4);
+  bf16->EmbeddingLookup(w, d_ids.as<int32_t>(), n, dim, out.as<float>());
+  ASSERT_TRUE(bf16->Synchronize().ok());
+  std::vector<float> got(nan.size()), want(nan.size());
+  bf16->CopyToHost(got.data(), out.as<void>(), got.size() * 4);
+  for (int32_t t = 0; t < n; ++t) {
+    for (int32_t j = 0; j < dim; ++j) want[t * dim + j] = RoundToBf16(table[ids[t] * dim + j]);
+  }
+  EXPECT_TRUE(Bitwise(got, want));
+  bf16->Deallocate(const_cast<void*>(w.data));
+}
+
+TEST_F(CudaKernelTest, RmsNormAndAddRmsNormMatchTheCpu) {
+  std::mt19937 rng(3);
+  for (const auto& [n, dim] :
+       std::vector<std::pair<int32_t, int32_t>>{{1, 54}, {17, 288}, {97, 2048}}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " dim=" + std::to_string(dim));
+    const size_t count = static_cast<size_t>(n) * dim;
+    Twin x = Put(Random(rng, count, -2.0f, 2.0f)), w = Put(Random(rng, dim));
+    Twin delta = Put(Random(rng, count)), out = Poisoned(count), out2 = Poisoned(count);
+    cpu_->RmsNorm(x.c<float>(), w.c<float>(), n, dim, 1e-5f, out.c<float>());
+    gpu_->RmsNorm(x.g<float>(), w.g<float>(), n, dim, 1e-5f, out.g<float>());
+    EXPECT_TRUE(Close(FromGpu(out), FromCpu(out), 1e-5, 1e-5));
+    cpu_->AddRmsNorm(x.c<float>(), delta.c<float>(), w.c<float>(), n, dim, 1e-6f, out2.c<float>());
+    gpu_->AddRmsNorm(x.g<float>(), delta.g<float>(), w.g<float>(), n, dim, 1e-6f, out2.g<float>());
+    EXPECT_TRUE(Bitwise(FromGpu(x), FromCpu(x)));  // residual += delta: one float add each
+    EXPECT_TRUE(Close(FromGpu(out2), FromCpu(out2), 1e-5, 1e-5));
+  }
+}
+
+TEST_F(CudaKernelTest, RopeMatchesTheCpuInBothLayouts) {
+  std::mt19937 rng(4);
+  const int32_t num_heads = 4, num_kv_heads = 2;
+  for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kNeox}) {
+    for (int32_t hd : {8, 64, 128}) {
+      for (float theta : {10000.0f, 500000.0f}) {
+        // Small positions are held tight; large ones within what the float angle pos * freq
+        // allows (powf may differ by an ulp between libm and CUDA: pos * 1.2e-7 radians).
+        for (const auto& [max_pos, atol] :
+             std::vector<std::pair<int32_t, double>>{{127, 2e-5}, {8191, 2e-3}}) {
+          SCOPED_TRACE("hd=" + std::to_string(hd) + " max_pos=" + std::to_string(max_pos));
+          const int32_t n = 54, stride = (num_heads + 2 * num_kv_heads) * hd;
+          std::vector<int32_t> pos(n);
+          for (int32_t& p : pos) p = RandInt(rng, 0, max_pos);
+          Twin qkv = Put(Random(rng, static_cast<size_t>(n) * stride)), d_pos = Put(pos);
+          for (Backend* b : {cpu_.get(), gpu_.get()}) {
+            float* base = b == cpu_.get() ? qkv.c<float>() : qkv.g<float>();
+            const int32_t* p = b == cpu_.get() ? d_pos.c<int32_t>() : d_pos.g<int32_t>();
+            b->Rope(base, stride, base + num_heads * hd, stride, p, n, num_heads, num_kv_heads, hd,
+                    theta, style);
+          }
+          // V (the last kv_dim of each row) must be untouched: compared with the rest.
+          EXPECT_TRUE(Close(FromGpu(qkv), FromCpu(qkv), atol, 1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, WriteKvCacheSkipsPaddingRowsAndTouchesNothingElse) {
+  std::mt19937 rng(5);
+  const int32_t num_blocks = 7, bs = 8, kv_width = 80, n = 17, stride = 3 * kv_width;
+  std::vector<int64_t> slots(num_blocks * bs);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(n);
+  slots[3] = slots[11] = -1;
+  Twin qkv = Put(Random(rng, static_cast<size_t>(n) * stride)), d_slots = Put(slots);
+  Twin kc = Poisoned(static_cast<size_t>(num_blocks) * bs * kv_width);
+  Twin vc = Poisoned(static_cast<size_t>(num_blocks) * bs * kv_width);
+  cpu_->WriteKvCache(qkv.c<float>() + kv_width, qkv.c<float>() + 2 * kv_width, stride,
+                     d_slots.c<int64_t>(), n, kv_width, kc.c<float>(), vc.c<float>());
+  gpu_->WriteKvCache(qkv.g<float>() + kv_width, qkv.g<float>() + 2 * kv_width, stride,
+                     d_slots.g<int64_t>(), n, kv_width, kc.g<float>(), vc.g<float>());
+  EXPECT_TRUE(Bitwise(FromGpu(kc), FromCpu(kc)));
+  EXPECT_TRUE(Bitwise(FromGpu(vc), FromCpu(vc)));
+}
+
+struct AttentionCase {
+  std::string name;
+  int32_t block_size, num_heads, num_kv_heads, head_dim;
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (cached prefix, new query tokens)
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaAttentionTest : public CudaKernelTest,
+                          public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttentionTest, MatchesTheCpu) {
+  const AttentionCase& c = GetParam();
+  std::mt19937 rng(6);
+  const int32_t bs = c.block_size, hd = c.head_dim;
+  const int32_t kv_width = c.num_kv_heads * hd;
+  const int32_t q_stride = c.num_heads * hd + 2 * kv_width;
+  int32_t max_blocks = 0, total_blocks = 0, num_tokens = 0;
+  for (const auto& [prefix, fresh] : c.seqs) {
+    const int32_t blocks = (prefix + fresh + bs - 1) / bs;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+    num_tokens += fresh;
+  }
+  total_blocks += 3;  // unused blocks in the cache, too
+  std::vector<int32_t> order(total_blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  const int32_t num_seqs = static_cast<int32_t>(c.seqs.size());
+  std::vector<int32_t> tables(static_cast<size_t>(num_seqs) * max_blocks, -1);
+  std::vector<int32_t> positions, query_start = {0};
+  size_t next = 0;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const auto [prefix, fresh] = c.seqs[s];
+    for (int32_t b = 0; b < (prefix + fresh + bs - 1) / bs; ++b) {
+      tables[static_cast<size_t>(s) * max_blocks + b] = order[next++];
+    }
+    for (int32_t i = 0; i < fresh; ++i) positions.push_back(prefix + i);
+    query_start.push_back(query_start.back() + fresh);
+  }
+  const size_t cache = static_cast<size_t>(total_blocks) * bs * kv_width;
+  Twin kc = Put(Random(rng, cache)), vc = Put(Random(rng, cache));
+  Twin q = Put(Random(rng, static_cast<size_t>(num_tokens) * q_stride, -2.0f, 2.0f));
+  Twin d_pos = Put(positions), d_qs = Put(query_start), d_tables = Put(tables);
+  Twin out = Poisoned(static_cast<size_t>(num_tokens) * c.num_heads * hd);
+  for (Backend* b : {cpu_.get(), gpu_.get()}) {
+    const bool on_cpu = b == cpu_.get();
+    AttentionMetadata meta;
+    meta.num_tokens = num_tokens;
+    meta.num_seqs = num_seqs;
+    meta.positions = on_cpu ? d_pos.c<int32_t>() : d_pos.g<int32_t>();
+    meta.query_start = on_cpu ? d_qs.c<int32_t>() : d_qs.g<int32_t>();
+    meta.block_tables = on_cpu ? d_tables.c<int32_t>() : d_tables.g<int32_t>();
+    meta.max_blocks_per_seq = max_blocks;
+    meta.block_size = bs;
+    b->PagedAttention(on_cpu ? q.c<float>() : q.g<float>(), q_stride,
+                      on_cpu ? kc.c<float>() : kc.g<float>(),
+                      on_cpu ? vc.c<float>() : vc.g<float>(), meta, c.num_heads, c.num_kv_heads, hd,
+                      on_cpu ? out.c<float>() : out.g<float>());
+  }
+  EXPECT_TRUE(Close(FromGpu(out), FromCpu(out), 2e-5, 1e-4));
+}
+
+std::vector<std::pair<int32_t, int32_t>> DecodeBatch(int32_t n, int32_t max_ctx, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+  for (int32_t i = 0; i < n; ++i) seqs.emplace_back(RandInt(rng, 0, max_ctx - 1), 1);
+  return seqs;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    ::testing::Values(
+        AttentionCase{"PrefillOverPrefixBs16Mha", 16, 8, 8, 64, {{0, 17}, {30, 54}, {100, 97}}},
+        AttentionCase{
+            "DecodePast4096Bs8Gqa2", 8, 8, 4, 128, {{4500, 1}, {17, 1}, {97, 1}, {4096, 1}}},
+        AttentionCase{"MixedBs1Gqa4", 1, 8, 2, 64, {{5, 1}, {0, 17}, {40, 3}}},
+        AttentionCase{"DecodeBatch64Gqa4", 16, 32, 8, 128, DecodeBatch(64, 600, 7)},
+        AttentionCase{"LongSingleDecodeHd80", 16, 4, 1, 80, {{5000, 1}}},
+        AttentionCase{"LongPrefillChunkBs8", 8, 4, 2, 64, {{4200, 54}}},
+        AttentionCase{"TinyHd8", 8, 2, 2, 8, {{0, 1}, {9, 1}}}),
+    [](const ::testing::TestParamInfo<AttentionCase>& param_info) {
+      return param_info.param.name;
+    });
+
+TEST_F(CudaKernelTest, SiluAndMulGatherRowsAndAddBiasMatchTheCpu) {
+  std::mt19937 rng(8);
+  const int32_t n = 17, hidden = 97;
+  Twin gu = Put(Random(rng, static_cast<size_t>(n) * 2 * hidden, -6.0f, 6.0f));
+  Twin out = Poisoned(static_cast<size_t>(n) * hidden);
+  cpu_->SiluAndMul(gu.c<float>(), n, hidden, out.c<float>());
+  gpu_->SiluAndMul(gu.g<float>(), n, hidden, out.g<float>());
+  EXPECT_TRUE(Close(FromGpu(out), FromCpu(out), 1e-6, 1e-5));
+
+  std::vector<int32_t> rows = {53, 0, 17, 17, 40};
+  Twin x = Put(Random(rng, 54 * 97)), d_rows = Put(rows), g = Poisoned(rows.size() * 97);
+  cpu_->GatherRows(x.c<float>(), d_rows.c<int32_t>(), 5, 97, g.c<float>());
+  gpu_->GatherRows(x.g<float>(), d_rows.g<int32_t>(), 5, 97, g.g<float>());
+  EXPECT_TRUE(Bitwise(FromGpu(g), FromCpu(g)));
+
+  Twin y = Put(Random(rng, 54 * 97)), bias = Put(Random(rng, 97));
+  cpu_->AddBias(y.c<float>(), bias.c<float>(), 54, 97);
+  gpu_->AddBias(y.g<float>(), bias.g<float>(), 54, 97);
+  EXPECT_TRUE(Bitwise(FromGpu(y), FromCpu(y)));
+}
+
+TEST_F(CudaKernelTest, GemmAndLinearMatchTheCpuInFp32AndBf16) {
+  std::unique_ptr<Backend> bf16 = MakeCudaBackend(DType::kBFloat16);
+  ASSERT_NE(bf16, nullptr);
+  std::mt19937 rng(9);
+  for (const auto& [m, n, k] : std::vector<std::tuple<int32_t, int32_t, int32_t>>{
+           {1, 97, 54}, {17, 54, 97}, {97, 300, 2048}}) {
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+    const std::vector<float> xh = Random(rng, static_cast<size_t>(m) * k);
+    const std::vector<float> wh = Random(rng, static_cast<size_t>(n) * k);
+    Twin x = Put(xh), w = Put(wh), y = Poisoned(static_cast<size_t>(m) * n);
+    cpu_->Gemm(x.c<float>(), w.c<float>(), m, n, k, y.c<float>());
+    gpu_->Gemm(x.g<float>(), w.g<float>(), m, n, k, y.g<float>());
+    const std::vector<float> want = FromCpu(y);
+    EXPECT_TRUE(Close(FromGpu(y), want, 2e-4, 1e-4));
+
+    // Linear over an uploaded fp32 weight: the same numbers.
+    Twin y2 = Poisoned(static_cast<size_t>(m) * n);
+    const WeightRef w32 = gpu_->UploadWeight(wh.data(), wh.size());
+    ASSERT_NE(w32.data, nullptr);
+    gpu_->Linear(x.g<float>(), w32, m, n, k, y2.g<float>());
+    EXPECT_TRUE(Close(FromGpu(y2), want, 2e-4, 1e-4));
+    gpu_->Deallocate(const_cast<void*>(w32.data));
+
+    // bf16: the CPU on bf16-rounded x and w is exact up to summation order (bf16 products are
+    // exact in fp32).
+    Twin xr = Put(RoundToBf16(xh)), wr = Put(RoundToBf16(wh)),
+         yr = Poisoned(static_cast<size_t>(m) * n);
+    cpu_->Gemm(xr.c<float>(), wr.c<float>(), m, n, k, yr.c<float>());
+    const WeightRef wb = bf16->UploadWeight(wh.data(), wh.size());
+    ASSERT_NE(wb.data, nullptr);
+    const std::vector<float> nan(static_cast<size_t>(m) * n, kNan);
+    DeviceBuffer dx(bf16.get(), xh.size() * 4), dy(bf16.get(), nan.size() * 4);
+    bf16->CopyToDevice(dx.as<void>(), xh.data(), xh.size() * 4);
+    bf16->CopyToDevice(dy.as<void>(), nan.data(), nan.size() * 4);
+    bf16->Linear(dx.as<float>(), wb, m, n, k, dy.as<float>());
+    ASSERT_TRUE(bf16->Synchronize().ok());
+    std::vector<float> got(nan.size());
+    bf16->CopyToHost(got.data(), dy.as<void>(), got.size() * 4);
+    EXPECT_TRUE(Close(got, FromCpu(yr), 2e-4, 1e-4));
+    bf16->Deallocate(const_cast<void*>(wb.data));
+  }
+}
+
+TEST_F(CudaKernelTest, RecordedGraphReplaysOnNewInputs) {
+  ASSERT_TRUE(gpu_->SupportsGraphs());
+  std::mt19937 rng(10);
+  const int32_t m = 17, k = 54, n = 97;
+  Twin x = Put(Random(rng, static_cast<size_t>(m) * k)), nw = Put(Random(rng, k));
+  Twin w = Put(Random(rng, static_cast<size_t>(n) * k));
+  Twin xn = Poisoned(static_cast<size_t>(m) * k), y = Poisoned(static_cast<size_t>(m) * n);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  ASSERT_TRUE(gpu_->BeginGraphCapture().ok());
+  gpu_->RmsNorm(x.g<float>(), nw.g<float>(), m, k, 1e-5f, xn.g<float>());
+  gpu_->Gemm(xn.g<float>(), w.g<float>(), m, n, k, y.g<float>());
+  StatusOr<int32_t> id = gpu_->EndGraphCapture();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<float> fresh = Random(rng, static_cast<size_t>(m) * k);
+    cpu_->CopyToDevice(x.c<void>(), fresh.data(), fresh.size() * 4);
+    gpu_->CopyToDevice(x.g<void>(), fresh.data(), fresh.size() * 4);
+    ASSERT_TRUE(gpu_->ReplayGraph(*id).ok());
+    cpu_->RmsNorm(x.c<float>(), nw.c<float>(), m, k, 1e-5f, xn.c<float>());
+    cpu_->Gemm(xn.c<float>(), w.c<float>(), m, n, k, y.c<float>());
+    EXPECT_TRUE(Close(FromGpu(y), FromCpu(y), 2e-4, 1e-4)) << "round " << round;
+  }
+  gpu_->ClearGraphs();
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,275 @@
+// stories260K on the CUDA backend: fp32 reproduces ../shared/golden token for token with logits
+// within 1e-4 of the CPU; bf16 logits stay within a stated tolerance; CUDA-graph decode gives what
+// eager decode gives; and the engine invariant (a preemption-heavy run equals solo runs) holds on
+// the GPU. Skips without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "engine/clock.h"
+#include "engine/engine_core.h"
+#include "models/llama2c.h"
+#include "models/model_runner.h"
+#include "models/static_batch_generator.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace tinyserve {
+namespace {
+
+const std::string kShared = TINYSERVE_SHARED_DIR;
+
+struct GoldenCase {
+  std::vector<int32_t> prompt_ids, output_ids;
+  int32_t max_tokens;
+};
+
+class CudaModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!ProbeCudaDevices().ok()) return;
+    auto w = LoadLlama2cCheckpoint(kShared + "/models/stories260K.bin");
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    weights_ = new std::shared_ptr<const LlamaWeights>(*w);
+    std::ifstream in(kShared + "/golden/stories260K_greedy.json");
+    ASSERT_TRUE(in);
+    const nlohmann::json g = nlohmann::json::parse(in);
+    cases_ = new std::vector<GoldenCase>();
+    for (const auto& c : g["cases"]) {
+      GoldenCase gc{c["prompt_token_ids"], c["output_token_ids"], 0};
+      // run.c's steps count the prompt: steps - prompt_len + 1 new tokens.
+      gc.max_tokens = c["steps"].get<int32_t>() - static_cast<int32_t>(gc.prompt_ids.size()) + 1;
+      cases_->push_back(gc);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete weights_;
+    delete cases_;
+    weights_ = nullptr;
+    cases_ = nullptr;
+  }
+  void SetUp() override { TS_SKIP_WITHOUT_CUDA(); }
+
+  static std::unique_ptr<ModelRunner> MakeRunner(std::unique_ptr<Backend> backend,
+                                                 int32_t block_size, int32_t num_blocks,
+                                                 bool enforce_eager = false) {
+    ModelRunnerOptions o;
+    o.block_size = block_size;
+    o.num_kv_blocks = num_blocks;
+    o.max_num_seqs = 64;
+    o.max_num_batched_tokens = 512;
+    o.enforce_eager = enforce_eager;
+    auto r = ModelRunner::Create(*weights_, std::move(backend), o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+
+  // All golden cases in one batch, with their logits.
+  static std::vector<GeneratedSequence> RunGolden(ModelRunner& runner, int32_t prefill_chunk) {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int32_t> max_tokens;
+    for (const auto& c : *cases_) {
+      prompts.push_back(c.prompt_ids);
+      max_tokens.push_back(c.max_tokens);
+    }
+    StaticBatchOptions opts;
+    opts.stop_token_ids = {1};
+    opts.prefill_chunk = prefill_chunk;
+    auto r = GenerateStaticBatch(runner, prompts, max_tokens, opts, /*keep_logits=*/true);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::vector<GeneratedSequence>{};
+  }
+
+  // Largest |a - b| over every logit of every output step (the shorter run bounds the steps).
+  static float MaxLogitDiff(const std::vector<GeneratedSequence>& a,
+                            const std::vector<GeneratedSequence>& b) {
+    float worst = 0.0f;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      for (size_t s = 0; s < std::min(a[i].logits.size(), b[i].logits.size()); ++s) {
+        for (size_t v = 0; v < a[i].logits[s].size(); ++v) {
+          const float d = std::abs(a[i].logits[s][v] - b[i].logits[s][v]);
+          worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        }
+      }
+    }
+    return worst;
+  }
+
+  static std::shared_ptr<const LlamaWeights>* weights_;
+  static std::vector<GoldenCase>* cases_;
+};
+
+std::shared_ptr<const LlamaWeights>* CudaModelTest::weights_ = nullptr;
+std::vector<GoldenCase>* CudaModelTest::cases_ = nullptr;
+
+TEST_F(CudaModelTest, Fp32ReproducesTheGoldenTokensAndCpuLogits) {
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
+  const std::vector<GeneratedSequence> want = RunGolden(*cpu, 7);
+  for (bool eager : {true, false}) {
+    SCOPED_TRACE(eager ? "eager" : "cuda graphs");
+    auto gpu = MakeRunner(MakeCudaBackend(DType::kFloat32), 16, 64, eager);
+    ASSERT_NE(gpu, nullptr);
+    const std::vector<GeneratedSequence> got = RunGolden(*gpu, 7);
+    ASSERT_EQ(got.size(), cases_->size());
+    for (size_t i = 0; i < cases_->size(); ++i) {
+      EXPECT_EQ(got[i].output_ids, (*cases_)[i].output_ids) << "case " << i;
+    }
+    EXPECT_LE(MaxLogitDiff(got, want), 1e-4f);
+    if (!eager) {
+      EXPECT_GT(gpu->num_recorded_graphs(), 0);
+    }
+  }
+}
+
+TEST_F(CudaModelTest, Fp32GoldenHoldsForBlockSizesAndChunks) {
+  for (const auto& [bs, chunk] :
+       std::vector<std::pair<int32_t, int32_t>>{{1, 3}, {8, 1}, {16, 1000}}) {
+    SCOPED_TRACE("block size " + std::to_string(bs) + ", chunk " + std::to_string(chunk));
+    auto gpu = MakeRunner(MakeCudaBackend(DType::kFloat32), bs, 3 * ((512 + bs - 1) / bs));
+    ASSERT_NE(gpu, nullptr);
+    const std::vector<GeneratedSequence> got = RunGolden(*gpu, chunk);
+    ASSERT_EQ(got.size(), cases_->size());
+    for (size_t i = 0; i < cases_->size(); ++i) {
+      EXPECT_EQ(got[i].output_ids, (*cases_)[i].output_ids) << "case " << i;
+    }
+  }
+}
+
+// bf16 weights (and bf16-rounded GEMM inputs) against the fp32 CPU, over the prompt + the golden
+// continuation fed as one prefill: every logit within 0.25 + 5% of the CPU's (a stated bound, not
+// yet measured on a GPU), and the argmax equal at >= 90% of the positions.
+TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
+  auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16), 16, 64);
+  ASSERT_NE(gpu, nullptr);
+  int32_t positions = 0, argmax_equal = 0;
+  for (const GoldenCase& c : *cases_) {
+    std::vector<int32_t> tokens = c.prompt_ids;
+    tokens.insert(tokens.end(), c.output_ids.begin(), c.output_ids.end());
+    tokens.resize(std::min<size_t>(tokens.size(), 200));
+    std::vector<float> ref, got;
+    for (ModelRunner* r : {cpu.get(), gpu.get()}) {
+      // One token at a time over the growing cache: logits at every position.
+      std::vector<float>& out = r == cpu.get() ? ref : got;
+      std::vector<int32_t> blocks(16);
+      for (int32_t b = 0; b < 16; ++b) blocks[b] = b;
+      for (size_t p = 0; p < tokens.size(); ++p) {
+        ScheduledBatch batch;
+        batch.max_blocks_per_seq = 32;
+        const int32_t pos = static_cast<int32_t>(p);
+        batch.AddSequence({tokens[p]}, {pos}, {pos}, pos + 1, blocks, true);
+        auto o = r->Execute(batch);
+        ASSERT_TRUE(o.ok()) << o.status().ToString();
+        out.insert(out.end(), o->logits.begin(), o->logits.end());
+      }
+    }
+    const int32_t vocab = cpu->vocab_size();
+    EXPECT_TRUE(Close(got, ref, 0.25, 0.05));
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      ++positions;
+      argmax_equal += ArgMax(&got[p * vocab], vocab) == ArgMax(&ref[p * vocab], vocab);
+    }
+  }
+  EXPECT_GE(argmax_equal * 10, positions * 9) << argmax_equal << " of " << positions;
+}
+
+struct InvariantCase {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens;
+};
+
+std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& cases,
+                                            ModelRunner& runner, EngineConfig config,
+                                            int64_t* preemptions) {
+  class Counter final : public EngineObserver {
+   public:
+    void OnRequestEvent(const Request&, const RequestEvent&) override {}
+    void OnStep(const SchedulerStats& s) override { n += s.num_preemptions; }
+    int64_t n = 0;
+  } counter;
+  FakeClock clock;
+  config.eos_token_id = 1;
+  EngineCore engine(config, &runner, &clock);
+  engine.AddObserver(&counter);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EngineRequest req;
+    req.request_id = "r" + std::to_string(i);
+    req.prompt_token_ids = cases[i].prompt;
+    req.sampling.temperature = 0.0f;
+    req.sampling.max_tokens = cases[i].max_tokens;
+    auto s = engine.Submit(req);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) streams.push_back(*s);
+  }
+  for (int steps = 0; engine.HasPendingWork() && steps < 100000; ++steps) {
+    engine.Step();
+    clock.Advance(0.001);
+  }
+  std::vector<std::vector<int32_t>> outputs;
+  for (auto& s : streams) {
+    RequestOutput out;
+    EXPECT_TRUE(s->WaitForFinish(&out, 0.0));
+    EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error_message;
+    outputs.push_back(out.token_ids);
+  }
+  if (preemptions != nullptr) *preemptions = counter.n;
+  return outputs;
+}
+
+TEST_F(CudaModelTest, EngineInvariantHoldsOnTheGpuInFp32) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> len(1, 48), tok(3, 511), out(1, 200);
+  std::vector<InvariantCase> cases(64);
+  for (InvariantCase& c : cases) {
+    c.prompt = {1};
+    for (int32_t j = 1, l = len(rng); j < l; ++j) c.prompt.push_back(tok(rng));
+    c.max_tokens = out(rng);
+  }
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto runner = MakeRunner(MakeCudaBackend(DType::kFloat32), 16, 64);
+    ASSERT_NE(runner, nullptr);
+    StaticBatchOptions opts;
+    opts.stop_token_ids = {1};
+    for (const InvariantCase& c : cases) {
+      auto r = GenerateStaticBatch(*runner, {c.prompt}, {c.max_tokens}, opts);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      alone.push_back((*r)[0].output_ids);
+    }
+  }
+  auto runner = MakeRunner(MakeCudaBackend(DType::kFloat32), 16, 24);  // as the CPU test
+  ASSERT_NE(runner, nullptr);
+  EngineConfig config;
+  config.max_num_seqs = 64;
+  config.max_num_batched_tokens = 256;
+  int64_t preemptions = 0;
+  const auto crowded = RunEngine(cases, *runner, config, &preemptions);
+  ASSERT_EQ(crowded.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_EQ(crowded[i], alone[i]) << "request " << i;
+  EXPECT_GE(preemptions, 20);
+}
+
+TEST_F(CudaModelTest, GraphDecodeEqualsEagerDecode) {
+  std::vector<std::vector<GeneratedSequence>> runs;
+  for (bool eager : {true, false}) {
+    auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16), 8, 3 * 64, eager);
+    ASSERT_NE(gpu, nullptr);
+    runs.push_back(RunGolden(*gpu, 1000));
+    if (eager) {
+      EXPECT_EQ(gpu->num_recorded_graphs(), 0);
+    } else {
+      EXPECT_GT(gpu->num_recorded_graphs(), 0);
+    }
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].output_ids, runs[1][i].output_ids) << "case " << i;
+  }
+  // Padding to the graph's batch size may change the attention split, hence summation order.
+  EXPECT_LE(MaxLogitDiff(runs[0], runs[1]), 1e-3f);
+}
+
+}  // namespace
+}  // namespace tinyserve

@@ -1,0 +1,95 @@
+// Helpers for the gpu tests (ctest label gpu): a CUDA backend or a clean skip that says why, and
+// host-side bf16 rounding for references.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/device.h"
+
+namespace tinyserve {
+
+// Skips the current test (from SetUp or a test body) when no CUDA device can be used.
+#define TS_SKIP_WITHOUT_CUDA()                                                                  \
+  do {                                                                                          \
+    const StatusOr<int> ts_gpus = ProbeCudaDevices();                                           \
+    if (!ts_gpus.ok()) GTEST_SKIP() << "no usable CUDA device: " << ts_gpus.status().message(); \
+  } while (0)
+
+inline std::unique_ptr<Backend> MakeCudaBackend(DType dtype) {
+  CudaBackendOptions o;
+  o.weight_dtype = dtype;
+  StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(o);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  return b.ok() ? std::move(b).value() : nullptr;
+}
+
+// x rounded to bf16 (nearest, ties to even), as __float2bfloat16_rn, back in a float.
+inline float RoundToBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf / NaN unchanged
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+inline std::vector<float> RoundToBf16(std::vector<float> v) {
+  for (float& x : v) x = RoundToBf16(x);
+  return v;
+}
+
+// Succeeds iff |got[i] - want[i]| <= atol + rtol * |want[i]| for all i (NaN fails).
+inline ::testing::AssertionResult Close(const std::vector<float>& got,
+                                        const std::vector<float>& want, double atol, double rtol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  size_t bad = 0;
+  double worst = 0.0;
+  std::ostringstream first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(double{got[i]} - double{want[i]});
+    if (!(err <= atol + rtol * std::abs(double{want[i]}))) {
+      if (bad < 5) first << "\n  [" << i << "] got " << got[i] << " want " << want[i];
+      worst = std::max(worst, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " values out of tolerance (worst " << worst
+         << "):" << first.str();
+}
+
+// Succeeds iff got and want are bit-for-bit identical (NaN payloads included).
+inline ::testing::AssertionResult Bitwise(const std::vector<float>& got,
+                                          const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  size_t bad = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], 4) != 0) {
+      if (bad < 5) first << "\n  [" << i << "] got " << got[i] << " want " << want[i];
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << got.size() << " values differ:" << first.str();
+}
+
+}  // namespace tinyserve
