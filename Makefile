@@ -1,11 +1,18 @@
 # The two commands of the README: `make run` (build, then serve the default model) and
-# `make test` (build, then every test and the format check). Both install what they need first.
+# `make test` (build, then every test and the format check, then the sanitizer runs and every fuzz
+# target for FUZZ_SECONDS). Both install what they need first. Parts of `make test`:
+#   make test-fast   the normal build, ctest, the format check
+#   make sanitize    ASan+UBSan (all tests, -Wthread-safety) and TSan (engine, kernels, metrics)
+#                    in build-asan/ and build-tsan/ (scripts/sanitize.sh)
+#   make fuzz        each libFuzzer target for FUZZ_SECONDS (default 60), two at a time, in
+#                    build-fuzz/ (scripts/fuzz.sh; longer: make fuzz FUZZ_SECONDS=600)
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PORT ?= 8000
+FUZZ_SECONDS ?= 60
 
-.PHONY: all setup configure build run test format-check format clean
+.PHONY: all setup configure build run test test-fast sanitize fuzz format-check format clean
 
 all: build
 
@@ -23,8 +30,19 @@ build: configure
 run: build
 	./$(BUILD_DIR)/bin/tinyserve serve --port $(PORT)
 
-test: build format-check
+# One after the other (not as prerequisites, so that `make -j test` keeps this order).
+test: test-fast
+	@$(MAKE) --no-print-directory sanitize
+	@$(MAKE) --no-print-directory fuzz
+
+test-fast: build format-check
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
+
+sanitize: setup
+	@JOBS=$(JOBS) bash scripts/sanitize.sh
+
+fuzz: setup
+	@FUZZ_JOBS=2 bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 format-check:
 	@bash scripts/check-format.sh
@@ -33,4 +51,5 @@ format:
 	@bash scripts/check-format.sh --fix
 
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log
+	rm -rf $(BUILD_DIR) $(BUILD_DIR).configure.log build-asan build-tsan build-fuzz \
+	  build-asan.configure.log build-tsan.configure.log build-fuzz.configure.log

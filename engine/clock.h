@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <mutex>
+#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 
@@ -33,23 +34,23 @@ class FakeClock final : public Clock {
   explicit FakeClock(double start = 0.0) : now_(start) {}
 
   double Now() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return now_;
   }
   // REQUIRES: t >= Now() (monotonic).
   void Set(double t) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (t > now_) now_ = t;
   }
   // REQUIRES: dt >= 0.
   void Advance(double dt) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (dt > 0) now_ += dt;
   }
 
  private:
-  mutable std::mutex mu_;
-  double now_;  // guarded by mu_
+  mutable Mutex mu_;
+  double now_ TS_GUARDED_BY(mu_);
 };
 
 }  // namespace tinyserve

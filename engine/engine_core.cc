@@ -81,7 +81,7 @@ StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
   auto stream = std::make_shared<RequestStream>(req->request_id);
   req->stream = stream;
   {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
+    MutexLock lock(inbox_mu_);
     if (stopping_) return Unavailable("the engine is stopped");
     req->seed = req->sampling.seed ? *req->sampling.seed : SplitMix64(seed_base_ + num_submitted_);
     ++num_submitted_;
@@ -95,7 +95,7 @@ StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
 
 void EngineCore::Abort(const std::string& request_id, FinishReason reason) {
   {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
+    MutexLock lock(inbox_mu_);
     if (stopping_) return;  // Stop() finishes everything anyway
     InboxItem item;
     item.abort_id = request_id;
@@ -106,14 +106,14 @@ void EngineCore::Abort(const std::string& request_id, FinishReason reason) {
 }
 
 bool EngineCore::HasPendingWork() const {
-  std::lock_guard<std::mutex> lock(inbox_mu_);
+  MutexLock lock(inbox_mu_);
   return !inbox_.empty() || has_live_requests_.load();
 }
 
 bool EngineCore::DrainInbox(double now) {
   std::vector<InboxItem> items;
   {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
+    MutexLock lock(inbox_mu_);
     items.swap(inbox_);
     // Keeps HasPendingWork() true while the items move into the scheduler.
     if (!items.empty()) has_live_requests_.store(true);
@@ -220,9 +220,8 @@ bool EngineCore::Step() {
 void EngineCore::Loop() {
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(inbox_mu_);
-      inbox_cv_.wait(lock,
-                     [&] { return stopping_ || !inbox_.empty() || has_live_requests_.load(); });
+      MutexLock lock(inbox_mu_);
+      while (!stopping_ && inbox_.empty() && !has_live_requests_.load()) lock.Wait(inbox_cv_);
       if (stopping_) return;
     }
     Step();
@@ -235,7 +234,7 @@ void EngineCore::Start() {
 
 void EngineCore::Stop() {
   {
-    std::lock_guard<std::mutex> lock(inbox_mu_);
+    MutexLock lock(inbox_mu_);
     if (stopping_ && !thread_.joinable() && inbox_.empty() && !has_live_requests_.load()) return;
     stopping_ = true;
   }

@@ -35,6 +35,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/status.h"
+#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 
@@ -121,11 +122,11 @@ class EngineCore {
   std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
 
   // Shared with frontends.
-  mutable std::mutex inbox_mu_;
+  mutable Mutex inbox_mu_;
   std::condition_variable inbox_cv_;
-  std::vector<InboxItem> inbox_;  // guarded by inbox_mu_
-  bool stopping_ = false;         // guarded by inbox_mu_
-  uint64_t num_submitted_ = 0;    // guarded by inbox_mu_; seeds unseeded requests
+  std::vector<InboxItem> inbox_ TS_GUARDED_BY(inbox_mu_);
+  bool stopping_ TS_GUARDED_BY(inbox_mu_) = false;
+  uint64_t num_submitted_ TS_GUARDED_BY(inbox_mu_) = 0;  // seeds unseeded requests
   std::thread thread_;
 };
 

@@ -38,14 +38,18 @@ bool RequestStream::TakeLocked(RequestOutput* out) {
 }
 
 bool RequestStream::Next(RequestOutput* out, double timeout_s) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-               [&] { return !pending_.empty() || finish_handed_out_; });
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  MutexLock lock(mu_);
+  while (pending_.empty() && !finish_handed_out_) {
+    if (!lock.WaitUntil(cv_, deadline)) break;
+  }
   return TakeLocked(out);
 }
 
 bool RequestStream::TryNext(RequestOutput* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return TakeLocked(out);
 }
 
@@ -63,14 +67,14 @@ bool RequestStream::WaitForFinish(RequestOutput* out, double timeout_s) {
 }
 
 bool RequestStream::is_done() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return finish_handed_out_;
 }
 
 void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs,
                               bool notify) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pending_.token_ids.push_back(token_id);
     pending_.token_ts.push_back(ts);
     if (logprobs != nullptr) pending_.logprobs.push_back(*logprobs);
@@ -80,7 +84,7 @@ void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* 
 
 void RequestStream::PushEvent(const RequestEvent& event, bool notify) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pending_.events.push_back(event);
   }
   if (notify) cv_.notify_all();
@@ -89,7 +93,7 @@ void RequestStream::PushEvent(const RequestEvent& event, bool notify) {
 void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
                            const std::string& error_message, bool notify) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pending_.events.push_back(finished);
     pending_.finished = true;
     pending_.finish_reason = finished.finish_reason;

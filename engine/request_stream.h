@@ -19,6 +19,7 @@
 
 #include "engine/events.h"
 #include "engine/sampler.h"
+#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 
@@ -68,13 +69,13 @@ class RequestStream {
   void Notify() { cv_.notify_all(); }
 
  private:
-  bool TakeLocked(RequestOutput* out);
+  bool TakeLocked(RequestOutput* out) TS_REQUIRES(mu_);
 
   const std::string request_id_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  RequestOutput pending_;           // guarded by mu_
-  bool finish_handed_out_ = false;  // guarded by mu_
+  RequestOutput pending_ TS_GUARDED_BY(mu_);
+  bool finish_handed_out_ TS_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tinyserve

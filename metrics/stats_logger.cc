@@ -9,7 +9,7 @@ StatsLogger::StatsLogger(const Clock* clock, Sink sink, double interval_s)
 
 void StatsLogger::OnStep(const SchedulerStats& s) {
   const double now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   interval_.prompt_tokens += s.num_prompt_tokens;
   interval_.generation_tokens += s.num_generation_tokens;
   interval_.preemptions += s.num_preemptions;
@@ -23,7 +23,7 @@ void StatsLogger::OnStep(const SchedulerStats& s) {
 
 bool StatsLogger::MaybeLog() {
   const double now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return MaybeLogLocked(now);
 }
 

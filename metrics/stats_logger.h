@@ -23,6 +23,7 @@
 
 #include "engine/clock.h"
 #include "engine/engine_observer.h"
+#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 
@@ -48,19 +49,19 @@ class StatsLogger final : public EngineObserver {
     int64_t cache_queries = 0;
     int64_t cache_hits = 0;
   };
-  bool MaybeLogLocked(double now);
+  bool MaybeLogLocked(double now) TS_REQUIRES(mu_);
 
   const Clock* const clock_;
   const Sink sink_;
   const double interval_s_;
 
-  std::mutex mu_;
-  double last_log_ts_;          // guarded by mu_
-  Interval interval_;           // guarded by mu_
-  int32_t num_running_ = 0;     // guarded by mu_
-  int32_t num_waiting_ = 0;     // guarded by mu_
-  double kv_cache_usage_ = 0;   // guarded by mu_
-  bool last_was_busy_ = false;  // guarded by mu_
+  Mutex mu_;
+  double last_log_ts_ TS_GUARDED_BY(mu_);
+  Interval interval_ TS_GUARDED_BY(mu_);
+  int32_t num_running_ TS_GUARDED_BY(mu_) = 0;
+  int32_t num_waiting_ TS_GUARDED_BY(mu_) = 0;
+  double kv_cache_usage_ TS_GUARDED_BY(mu_) = 0;
+  bool last_was_busy_ TS_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tinyserve

@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path
 
 TraceWriter::TraceWriter(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {
   std::setvbuf(file_, nullptr, _IOFBF, size_t{1} << 20);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::fputs("[\n", file_);
   std::string e;
   AppendF(&e, R"({"name":"process_name","ph":"M","pid":%d,"args":{"name":"requests"}})",
@@ -91,7 +91,7 @@ void TraceWriter::WriteSpanLocked(const char* name, int64_t tid, double begin, d
 }
 
 void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (file_ == nullptr) return;
   Track* track = tracks_.Find(&request);
   if (track == nullptr) {
@@ -147,7 +147,7 @@ void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& eve
 }
 
 void TraceWriter::OnStep(const SchedulerStats& s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (file_ == nullptr) return;
   scratch_.clear();
   AppendF(&scratch_,
@@ -162,7 +162,7 @@ void TraceWriter::OnStep(const SchedulerStats& s) {
 }
 
 Status TraceWriter::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (file_ == nullptr) return Status::Ok();
   std::fputs("\n]\n", file_);
   const bool write_failed = std::ferror(file_) != 0;

@@ -27,6 +27,7 @@
 
 #include "engine/engine_observer.h"
 #include "engine/status.h"
+#include "engine/thread_annotations.h"
 #include "metrics/live_request_map.h"
 #include "metrics/request_timeline.h"
 
@@ -54,16 +55,16 @@ class TraceWriter final : public EngineObserver {
   };
 
   TraceWriter(std::FILE* file, std::string path);
-  void WriteSpanLocked(const char* name, int64_t tid, double begin, double end);
-  void WriteEventLocked(const std::string& json);
+  void WriteSpanLocked(const char* name, int64_t tid, double begin, double end) TS_REQUIRES(mu_);
+  void WriteEventLocked(const std::string& json) TS_REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::FILE* file_;  // guarded by mu_; null once closed
+  Mutex mu_;
+  std::FILE* file_ TS_GUARDED_BY(mu_);  // null once closed
   const std::string path_;
-  LiveRequestMap<Track> tracks_;  // guarded by mu_
-  int64_t next_tid_ = 1;          // guarded by mu_
-  bool first_event_ = true;       // guarded by mu_
-  std::string scratch_;           // guarded by mu_; reused event buffer
+  LiveRequestMap<Track> tracks_ TS_GUARDED_BY(mu_);
+  int64_t next_tid_ TS_GUARDED_BY(mu_) = 1;
+  bool first_event_ TS_GUARDED_BY(mu_) = true;
+  std::string scratch_ TS_GUARDED_BY(mu_);  // reused event buffer
 };
 
 }  // namespace tinyserve

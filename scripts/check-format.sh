@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.h' '*.cc' '*.cu' '*.cuh')
 else
-  mapfile -t files < <(find . -path ./build -prune -o \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) -print)
+  mapfile -t files < <(find . -path './build*' -prune -o \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) -print)
 fi
 existing=()
 for f in "${files[@]}"; do [ -f "$f" ] && existing+=("$f"); done

@@ -14,6 +14,7 @@ PACKAGES=(
   prometheus
   libcli11-dev
   clang-format
+  clang clang-14 libclang-rt-14-dev llvm llvm-14  # sanitizer builds, libFuzzer, llvm-symbolizer
 )
 
 missing=()

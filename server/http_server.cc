@@ -126,7 +126,7 @@ Status HttpServer::Bind() {
 
 Status HttpServer::Serve() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_requested_) return Status::Ok();
     serving_ = true;
   }
@@ -137,7 +137,7 @@ Status HttpServer::Serve() {
 
 void HttpServer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_requested_ = true;
     if (!serving_) return;  // Serve() has not started; it will return at once
   }

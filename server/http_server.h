@@ -29,6 +29,7 @@
 #include <string>
 
 #include "engine/status.h"
+#include "engine/thread_annotations.h"
 
 namespace httplib {
 class Server;
@@ -104,10 +105,10 @@ class HttpServer {
   int port_ = -1;
   int listen_socket_ = -1;  // set by httplib's socket-options callback when it binds
 
-  std::mutex mu_;
-  bool stop_requested_ = false;          // guarded by mu_
-  bool serving_ = false;                 // guarded by mu_; Serve() has entered the listen loop
-  std::atomic<bool> serve_done_{false};  // the listen loop has returned
+  Mutex mu_;
+  bool stop_requested_ TS_GUARDED_BY(mu_) = false;
+  bool serving_ TS_GUARDED_BY(mu_) = false;  // Serve() has entered the listen loop
+  std::atomic<bool> serve_done_{false};      // the listen loop has returned
 };
 
 }  // namespace tinyserve

@@ -19,7 +19,7 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     generation_.fetch_add(1, std::memory_order_release);
   }
@@ -44,7 +44,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
   job->fn = &fn;
   job->n = n;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     job_ = job;
     generation_.fetch_add(1, std::memory_order_release);
   }
@@ -70,8 +70,8 @@ void ThreadPool::WorkerLoop() {
     }
     std::shared_ptr<Job> job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+      MutexLock lock(mu_);
+      while (generation_.load(std::memory_order_relaxed) == seen) lock.Wait(cv_);
       if (stopping_) return;
       seen = generation_.load(std::memory_order_relaxed);
       job = job_;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 
@@ -46,11 +47,11 @@ class ThreadPool {
   static void RunItems(Job& job);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::shared_ptr<Job> job_;             // guarded by mu_; the latest job
-  std::atomic<uint64_t> generation_{0};  // bumped (under mu_) when job_ changes
-  bool stopping_ = false;                // guarded by mu_
+  std::shared_ptr<Job> job_ TS_GUARDED_BY(mu_);  // the latest job
+  std::atomic<uint64_t> generation_{0};          // bumped (under mu_) when job_ changes
+  bool stopping_ TS_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tinyserve

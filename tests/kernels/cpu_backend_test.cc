@@ -405,7 +405,9 @@ class RopeTest : public ::testing::TestWithParam<std::tuple<BackendSpec, RopeCas
 // (num_heads + 2*num_kv_heads)*head_dim + 3, so rows are not even aligned to a head), and q and k
 // in separate contiguous buffers. Everything outside q and k must be untouched.
 TEST_P(RopeTest, RotatesPairsByTheFormulaAngle) {
-  const auto& [spec, c] = GetParam();
+  // Not a structured binding: the lambdas below capture `c`, which clang 14 cannot do for one.
+  const BackendSpec& spec = std::get<0>(GetParam());
+  const RopeCase& c = std::get<1>(GetParam());
   std::unique_ptr<Backend> backend = spec.create();
   const int32_t n = 97;  // enough for the CPU's multi-threaded path with 8 + 2 heads of 80
   const int32_t q_width = c.num_heads * c.head_dim, k_width = c.num_kv_heads * c.head_dim;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The sanitizer runs of `make test` (and `make sanitize`), each in its own clang build folder with
+# only what it runs built (no benchmarks, no CUDA):
+#   asan  build-asan/: AddressSanitizer (+ LeakSanitizer) + UndefinedBehaviorSanitizer, and
+#         clang's -Wthread-safety as an error (checks the TS_GUARDED_BY annotations, see
+#         engine/thread_annotations.h). Runs every ctest case (unit, integration, the fuzz
+#         regression replays) except openai_npm_client (node; it checks the HTTP API, not memory).
+#   tsan  build-tsan/: ThreadSanitizer over the suites whose code runs on several threads without
+#         an HTTP stack: engine (EngineCore's thread, request streams), kernels (the CPU thread
+#         pool) and metrics (stats logger, trace writer fed from the engine thread).
+# Any sanitizer report fails the test that triggered it (halt_on_error), so the run fails.
+#
+#   scripts/sanitize.sh [asan] [tsan]      (default: both)
+# Environment: JOBS (default nproc), TINYSERVE_SHARED_DIR, CC/CXX must stay clang.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${JOBS:-$(nproc)}
+SHARED=${TINYSERVE_SHARED_DIR:-$ROOT/../shared}
+runs=("$@")
+[ ${#runs[@]} -gt 0 ] || runs=(asan tsan)
+
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+
+configure() {  # BUILD_DIR FLAGS
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
+    -DCMAKE_CXX_FLAGS="$2 -fno-omit-frame-pointer" -DTINYSERVE_BENCH=OFF -DTINYSERVE_CUDA=OFF \
+    -DTINYSERVE_SHARED_DIR="$SHARED" >"$1.configure.log" 2>&1 || { cat "$1.configure.log"; exit 1; }
+}
+
+for run in "${runs[@]}"; do
+  start=$(date +%s)
+  case "$run" in
+    asan)
+      configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=all \
+        -Wthread-safety -Werror=thread-safety"
+      cmake --build build-asan -j"$JOBS" --target test_engine test_kernels test_models \
+        test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay
+      ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
+      UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 OPENBLAS_NUM_THREADS=1 \
+        ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^openai_npm_client$'
+      ;;
+    tsan)
+      configure build-tsan "-fsanitize=thread"
+      cmake --build build-tsan -j"$JOBS" --target test_engine test_kernels test_metrics
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 \
+        ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L '^(engine|kernels|metrics)$'
+      ;;
+    *) echo "sanitize: unknown run '$run' (asan, tsan)"; exit 2 ;;
+  esac
+  echo "sanitize: $run passed in $(($(date +%s) - start)) s"
+done
