@@ -12,9 +12,10 @@
 //   kFatal      returns DeviceLost with that message (EngineCore dies)
 // Every injected fault is logged (faults(), and `on_fault` when set, called on the engine thread).
 //
-// Thread safety: Execute() on the engine thread only; faults() is thread-safe.
+// Thread safety: Execute() on the engine thread only; faults() and num_calls() are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -61,6 +62,8 @@ class FaultInjectingExecutor final : public ModelExecutor {
 
   // Returns true iff call `call` (1-based) is one that fails.
   bool ShouldFail(int64_t call) const;
+  // The executor calls so far. Thread-safe.
+  int64_t num_calls() const { return num_calls_.load(); }
   // The faults injected so far, in order.
   std::vector<InjectedFault> faults() const;
   // The message of the fault injected at `call` into a batch of `num_seqs` sequences.
@@ -70,7 +73,7 @@ class FaultInjectingExecutor final : public ModelExecutor {
   ModelExecutor* const inner_;
   const FaultInjectionConfig config_;
   const std::function<void(const InjectedFault&)> on_fault_;
-  int64_t num_calls_ = 0;  // engine thread only
+  std::atomic<int64_t> num_calls_{0};  // written by the engine thread
   mutable std::mutex mu_;
   std::vector<InjectedFault> faults_;  // guarded by mu_
 };
