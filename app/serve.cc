@@ -13,6 +13,7 @@
 #include "app/engine_flags.h"
 #include "engine/clock.h"
 #include "engine/engine_core.h"
+#include "engine/fault_injecting_executor.h"
 #include "metrics/metrics_observer.h"
 #include "metrics/prometheus_metrics.h"
 #include "metrics/stats_logger.h"
@@ -104,6 +105,18 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
                   "aborted")
       ->check(CLI::NonNegativeNumber);
+  // Hidden (empty group): fault injection for the reliability tests and scripts/soak.sh.
+  cmd->add_option("--fault-inject-rate", f.fault_inject_rate,
+                  "fail this share of executor calls (testing)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group("");
+  cmd->add_option("--fault-seed", f.fault_seed, "seed of the failing calls (testing)")->group("");
+  cmd->add_option("--fault-kind", f.fault_kind, "error, exception or fatal (testing)")
+      ->check(CLI::IsMember({"error", "exception", "fatal"}))
+      ->group("");
+  cmd->add_option("--fault-at-call", f.fault_calls, "fail this executor call, 1-based (testing)")
+      ->check(CLI::PositiveNumber)
+      ->group("");
   return cmd;
 }
 
@@ -137,8 +150,28 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
       CreateModelRunner(f.engine, std::move(model->weights), f.engine.max_num_seqs, &LogLine);
   if (!runner.ok()) return fail(runner.status());
   const EngineConfig engine_config = MakeEngineConfig(f.engine, config);
+  ModelExecutor* executor = runner->get();
+  std::unique_ptr<FaultInjectingExecutor> faults;
+  if (f.fault_inject_rate > 0.0 || !f.fault_calls.empty()) {
+    FaultInjectionConfig fault_config;
+    fault_config.rate = f.fault_inject_rate;
+    fault_config.seed = f.fault_seed;
+    fault_config.calls = f.fault_calls;
+    StatusOr<FaultKind> kind = ParseFaultKind(f.fault_kind);
+    if (!kind.ok()) return fail(kind.status());
+    fault_config.kind = *kind;
+    faults = std::make_unique<FaultInjectingExecutor>(
+        executor, fault_config, [](const InjectedFault& fault) {
+          LogLine(std::string("fault injection: ") + FaultKindName(fault.kind) + " " +
+                  FaultInjectingExecutor::FaultMessage(fault.call, fault.num_seqs));
+        });
+    executor = faults.get();
+    LogLine("fault injection on: " + f.fault_kind + " in a share " +
+            std::to_string(f.fault_inject_rate) + " of executor calls (seed " +
+            std::to_string(f.fault_seed) + ")");
+  }
   SteadyClock clock;
-  EngineCore engine(engine_config, runner->get(), &clock);
+  EngineCore engine(engine_config, executor, &clock);
 
   MetricsConfig metrics_config;
   metrics_config.model_name = served_model_name;
@@ -184,7 +217,15 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
           std::to_string(server.port()) + " (OpenAI API at /v1, GET /health, GET /metrics)" +
           (f.api_key.empty() ? "" : ", API key required on /v1"));
 
-  const int sig = WaitForShutdownSignal(signals, [&] { stats_logger.MaybeLog(); });
+  bool logged_death = false;
+  const int sig = WaitForShutdownSignal(signals, [&] {
+    stats_logger.MaybeLog();
+    if (engine.is_dead() && !logged_death) {
+      logged_death = true;
+      LogLine("the engine is dead (" + engine.death_status().ToString() +
+              "): /health and new requests answer 503 until restart");
+    }
+  });
   LogLine(std::string("shutting down on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
   // New generation requests get 503; in-flight ones get the grace period, then are aborted (the
   // engine finishes them with reason abort, and their responses end cleanly).

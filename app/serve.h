@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "app/engine_flags.h"
 
@@ -30,6 +31,11 @@ struct ServeFlags {
   int64_t max_queue_len = 0;            // 0: unlimited
   std::string chat_template = "plain";  // protocol::RenderChatTemplate name
   double shutdown_timeout_s = 10.0;     // grace for in-flight requests on SIGINT/SIGTERM
+  // Fault injection for reliability tests (hidden flags; engine/fault_injecting_executor.h).
+  double fault_inject_rate = 0.0;    // --fault-inject-rate: share of executor calls that fail
+  uint64_t fault_seed = 0;           // --fault-seed
+  std::string fault_kind = "error";  // --fault-kind error|exception|fatal
+  std::vector<int64_t> fault_calls;  // --fault-at-call N (repeatable): these calls fail
 };
 
 // Registers the `serve` subcommand and its flags on `app`; the flags land in `flags`.

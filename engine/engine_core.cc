@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <exception>
 #include <random>
 #include <utility>
 
@@ -82,6 +83,10 @@ StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
   req->stream = stream;
   {
     MutexLock lock(inbox_mu_);
+    if (dead_.load()) {
+      return Unavailable("the engine is dead after a fatal error (" + death_status_.ToString() +
+                         "); restart the server");
+    }
     if (stopping_) return Unavailable("the engine is stopped");
     req->seed = req->sampling.seed ? *req->sampling.seed : SplitMix64(seed_base_ + num_submitted_);
     ++num_submitted_;
@@ -96,13 +101,18 @@ StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
 void EngineCore::Abort(const std::string& request_id, FinishReason reason) {
   {
     MutexLock lock(inbox_mu_);
-    if (stopping_) return;  // Stop() finishes everything anyway
+    if (stopping_ || dead_.load()) return;  // everything is (or will be) finished anyway
     InboxItem item;
     item.abort_id = request_id;
     item.abort_reason = reason;
     inbox_.push_back(std::move(item));
   }
   inbox_cv_.notify_one();
+}
+
+Status EngineCore::death_status() const {
+  MutexLock lock(inbox_mu_);
+  return death_status_;
 }
 
 bool EngineCore::HasPendingWork() const {
@@ -186,14 +196,16 @@ bool EngineCore::Step() {
     const ScheduledBatch& batch = plan.batch;
     if (batch.num_seqs() > 0) {
       did_work = true;
-      StatusOr<ExecutorOutput> result = executor_->Execute(batch);
+      StatusOr<ExecutorOutput> result = ExecuteBatch(batch);
       const int32_t num_sampled = batch.num_sampled();
       if (result.ok() && (result->vocab_size != vocab_size_ ||
                           result->logits.size() != static_cast<size_t>(num_sampled) *
                                                        static_cast<size_t>(vocab_size_))) {
         result = Internal("executor returned logits of the wrong shape");
       }
-      if (!result.ok()) {
+      if (!result.ok() && result.status().code() == StatusCode::kDeviceLost) {
+        Die(result.status(), clock_->Now());
+      } else if (!result.ok()) {
         scheduler_.FailScheduled(result.status(), clock_->Now());
       } else {
         sampled_.clear();
@@ -215,6 +227,27 @@ bool EngineCore::Step() {
     for (EngineObserver* observer : observers_) observer->OnStep(stats);
   }
   return did_work;
+}
+
+StatusOr<ExecutorOutput> EngineCore::ExecuteBatch(const ScheduledBatch& batch) {
+  try {
+    return executor_->Execute(batch);
+  } catch (const std::exception& e) {
+    return Internal(std::string("the executor threw: ") + e.what());
+  } catch (...) {
+    return Internal("the executor threw an unknown exception");
+  }
+}
+
+void EngineCore::Die(const Status& status, double now) {
+  {
+    MutexLock lock(inbox_mu_);
+    death_status_ = status;
+    dead_.store(true);  // from here on nothing enters the inbox
+  }
+  scheduler_.FailScheduled(status, now);
+  DrainInbox(now);  // requests submitted before the death: queued, then failed below
+  scheduler_.FinishAll(FinishReason::kError, now, status.ToString());
 }
 
 void EngineCore::Loop() {

@@ -6,14 +6,19 @@
 //   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once)
 //   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) -> sample the rows that want a token
 //   -> Scheduler::Update() (stop checks, finishes) -> events to streams and observers -> OnStep().
-// An executor error fails exactly the requests of that batch (reason error, blocks freed); the
-// engine keeps serving.
+// An executor error (a non-OK status, or an exception thrown by Execute(), caught on the engine
+// thread) fails exactly the requests of that batch (reason error, the status as their error
+// message, blocks freed); the engine keeps serving the others. A DEVICE_LOST status is fatal: the
+// engine dies. Every live request (the batch, the running and waiting ones, the inbox) finishes
+// with reason error, and from then on is_dead() is true, Submit() returns Unavailable and Abort()
+// is a no-op; the thread stays up (Stop() still joins it).
 //
 // Two ways to drive it: Start() runs the loop on its own thread until Stop(); or, with no thread,
 // the owner calls Step() itself (tests, exact and deterministic with a FakeClock). Stop() joins
 // the thread and finishes every pending request with reason abort.
 //
-// Thread safety: Submit(), Abort(), Stop() and HasPendingWork() are thread-safe. Everything else
+// Thread safety: Submit(), Abort(), Stop(), HasPendingWork(), is_dead() and death_status() are
+// thread-safe. Everything else
 // belongs to the engine thread (or to the owner when no thread runs).
 #pragma once
 
@@ -69,8 +74,8 @@ class EngineCore {
 
   // Queues a request for the next step and returns its stream. Returns InvalidArgument if the
   // request is malformed (empty id or prompt, prompt of max_model_len() tokens or more, a token id
-  // outside the vocabulary, bad sampling params), Unavailable after Stop(). A live duplicate id
-  // is finished with reason error on its stream. Thread-safe.
+  // outside the vocabulary, bad sampling params), Unavailable after Stop() or once the engine is
+  // dead. A live duplicate id is finished with reason error on its stream. Thread-safe.
   StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
   // Finishes the request in the next step with `reason` (kAbort: the client went away; kStop: the
   // frontend found a stop string), wherever it is; its blocks are freed at once. No-op for unknown
@@ -89,6 +94,11 @@ class EngineCore {
   // Later Submit() calls fail. Idempotent.
   void Stop();
 
+  // Returns true iff a fatal executor error (DEVICE_LOST) killed the engine. Thread-safe.
+  bool is_dead() const { return dead_.load(); }
+  // The fatal error that killed the engine; OK while it lives. Thread-safe.
+  Status death_status() const;
+
   int32_t max_model_len() const { return scheduler_.max_model_len(); }
   int32_t vocab_size() const { return vocab_size_; }
   // Engine thread (or owner without thread) only.
@@ -102,6 +112,10 @@ class EngineCore {
   };
 
   bool DrainInbox(double now);
+  // Execute() with any exception turned into an Internal status.
+  StatusOr<ExecutorOutput> ExecuteBatch(const ScheduledBatch& batch);
+  // The fatal path: marks the engine dead and finishes every live request with `status`.
+  void Die(const Status& status, double now);
   void DispatchEvents();
   void Loop();
 
@@ -126,6 +140,8 @@ class EngineCore {
   std::condition_variable inbox_cv_;
   std::vector<InboxItem> inbox_ TS_GUARDED_BY(inbox_mu_);
   bool stopping_ TS_GUARDED_BY(inbox_mu_) = false;
+  Status death_status_ TS_GUARDED_BY(inbox_mu_);
+  std::atomic<bool> dead_{false};                        // written under inbox_mu_
   uint64_t num_submitted_ TS_GUARDED_BY(inbox_mu_) = 0;  // seeds unseeded requests
   std::thread thread_;
 };

@@ -88,9 +88,12 @@ bool Scheduler::FinishRequest(const std::string& request_id, FinishReason reason
   return true;
 }
 
-void Scheduler::FinishAll(FinishReason reason, double now) {
-  while (!running_.empty()) FinishRequest(running_.back()->request_id, reason, now);
-  while (!waiting_.empty()) FinishRequest(waiting_.back()->request_id, reason, now);
+void Scheduler::FinishAll(FinishReason reason, double now, const std::string& error_message) {
+  while (!running_.empty() || !waiting_.empty()) {
+    Request* req = running_.empty() ? waiting_.back() : running_.back();
+    if (!error_message.empty()) req->error_message = error_message;
+    FinishRequest(req->request_id, reason, now);
+  }
 }
 
 void Scheduler::Finish(Request* req, FinishReason reason, double now) {

@@ -81,8 +81,9 @@ class Scheduler {
   // at once, records FINISHED. Returns false iff no live request has this id.
   // REQUIRES: not between Schedule() and Update()/FailScheduled().
   bool FinishRequest(const std::string& request_id, FinishReason reason, double now);
-  // Finishes every live request with `reason` (shutdown).
-  void FinishAll(FinishReason reason, double now);
+  // Finishes every live request with `reason` (shutdown; kError with `error_message` when the
+  // engine dies).
+  void FinishAll(FinishReason reason, double now, const std::string& error_message = "");
 
   // Plans one step at time `now` (the step's schedule time). Resets stats().
   const SchedulerOutput& Schedule(double now);
@@ -90,7 +91,9 @@ class Scheduler {
   // computed tokens, registers full blocks with the prefix cache, appends tokens, records
   // NEW_TOKENS at `now` (the output time), checks stops and finishes requests.
   void Update(const std::vector<int32_t>& sampled, double now);
-  // The executor failed: finishes every request of the last Schedule() with reason error.
+  // The executor failed: finishes every request of the last Schedule() with reason error (and the
+  // status as its error message), freeing their blocks; requests not in that batch are untouched.
+  // Idempotent until the next Schedule().
   void FailScheduled(const Status& status, double now);
 
   const std::vector<EventRecord>& events() const { return events_; }

@@ -20,6 +20,8 @@ const char* StatusCodeName(StatusCode code) {
       return "INTERNAL";
     case StatusCode::kAborted:
       return "ABORTED";
+    case StatusCode::kDeviceLost:
+      return "DEVICE_LOST";
   }
   return "UNKNOWN";
 }

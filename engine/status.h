@@ -21,6 +21,7 @@ enum class StatusCode {
   kUnavailable,        // a device or service that cannot be used now
   kInternal,           // an invariant broke: a bug
   kAborted,            // the operation was cancelled
+  kDeviceLost,         // the device failed for good (a sticky device error): the engine must die
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -54,6 +55,7 @@ inline Status ResourceExhausted(std::string m) {
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status DeviceLost(std::string m) { return {StatusCode::kDeviceLost, std::move(m)}; }
 
 // Either a T or a non-OK Status. REQUIRES: value() only when ok().
 template <typename T>

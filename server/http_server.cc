@@ -149,6 +149,12 @@ void HttpServer::Stop() {
 }
 
 void HttpServer::HandleHealth(const httplib::Request&, httplib::Response& res) const {
+  if (context_.engine != nullptr && context_.engine->is_dead()) {
+    SetErrorResponse(
+        res, 503,
+        "the engine is dead after a fatal error: " + context_.engine->death_status().ToString());
+    return;
+  }
   if (context_.is_healthy && !context_.is_healthy()) {
     SetErrorResponse(res, 503, "the engine is not running");
     return;

@@ -1,7 +1,8 @@
 // HttpServer: tinyserve's HTTP frontend (DESIGN §6), a cpp-httplib server with every route
 // registered in one place (RegisterRoutes in http_server.cc).
 //
-// Routes: GET /health (200, or 503 when ServerContext::is_healthy says the engine is dead),
+// Routes: GET /health (200, or 503 when the engine is dead (EngineCore::is_dead) or
+// ServerContext::is_healthy says it is not healthy),
 // GET /metrics (the Prometheus text of ServerContext::metrics, Content-Type
 // kPrometheusContentType), and, when the context has a tokenizer, the OpenAI API of
 // server/openai_routes.h (/v1/completions, /v1/chat/completions, /v1/models, /version, /tokenize,

@@ -113,6 +113,11 @@ std::optional<ApiError> OpenAiRoutes::CheckModel(const std::optional<std::string
 }
 
 std::optional<ApiError> OpenAiRoutes::CheckServing() const {
+  if (context_.engine != nullptr && context_.engine->is_dead()) {
+    return ApiError::Unavailable("The engine is dead after a fatal error (" +
+                                 context_.engine->death_status().ToString() +
+                                 "); restart the server.");
+  }
   const bool healthy =
       context_.engine != nullptr && (!context_.is_healthy || context_.is_healthy());
   if (!healthy) return ApiError::Unavailable("The engine is not running.");

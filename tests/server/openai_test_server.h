@@ -2,12 +2,15 @@
 // real EngineCore (SteadyClock, its own thread), the HttpServer (with its OpenAI routes) on a
 // random loopback port, and an httplib::Client for it. An observer records every request's finish
 // and the KV blocks in use after each step. An optional per-step delay slows the model down so
-// that a test can act in the middle of a stream.
+// that a test can act in the middle of a stream; optional fault injection
+// (engine/fault_injecting_executor.h) fails chosen steps; optional Prometheus metrics serve
+// /metrics as `tinyserve serve` does.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -20,7 +23,10 @@
 
 #include "engine/clock.h"
 #include "engine/engine_core.h"
+#include "engine/fault_injecting_executor.h"
 #include "kernels/backend.h"
+#include "metrics/metrics_observer.h"
+#include "metrics/prometheus_metrics.h"
 #include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "server/http_server.h"
@@ -67,7 +73,11 @@ class FinishRecorder final : public EngineObserver {
   };
   void OnRequestEvent(const Request& request, const RequestEvent& event) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (event.type == EventType::kFinished) {
+    if (event.type == EventType::kQueued) {
+      queued_ts_[request.request_id] = event.ts;
+      prompts_[request.request_id].assign(request.token_ids.begin(),
+                                          request.token_ids.begin() + request.num_prompt_tokens);
+    } else if (event.type == EventType::kFinished) {
       finishes_[request.request_id] = {event.finish_reason, event.ts};
     } else if (event.type == EventType::kNewTokens) {
       auto& ts = token_ts_[request.request_id];
@@ -77,6 +87,8 @@ class FinishRecorder final : public EngineObserver {
   void OnStep(const SchedulerStats& stats) override {
     std::lock_guard<std::mutex> lock(mu_);
     used_blocks_ = stats.num_used_blocks;
+    num_preemptions_ += stats.num_preemptions;
+    max_waiting_ = std::max(max_waiting_, stats.num_waiting);
     running_ = stats.num_running;
     waiting_ = stats.num_waiting;
   }
@@ -88,6 +100,25 @@ class FinishRecorder final : public EngineObserver {
   std::map<std::string, std::vector<double>> token_ts() const {
     std::lock_guard<std::mutex> lock(mu_);
     return token_ts_;
+  }
+  // The prompt token ids of each request the engine accepted.
+  std::map<std::string, std::vector<int32_t>> prompts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prompts_;
+  }
+  // The most requests the engine held waiting after any step.
+  int32_t max_waiting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_waiting_;
+  }
+  // When the engine accepted each request (QUEUED).
+  std::map<std::string, double> queued_ts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queued_ts_;
+  }
+  int64_t num_preemptions() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return num_preemptions_;
   }
   int32_t used_blocks() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -102,6 +133,10 @@ class FinishRecorder final : public EngineObserver {
   mutable std::mutex mu_;
   std::map<std::string, Finish> finishes_;
   std::map<std::string, std::vector<double>> token_ts_;
+  std::map<std::string, std::vector<int32_t>> prompts_;
+  std::map<std::string, double> queued_ts_;
+  int64_t num_preemptions_ = 0;
+  int32_t max_waiting_ = 0;
   int32_t used_blocks_ = 0;
   int32_t running_ = 0;
   int32_t waiting_ = 0;
@@ -114,7 +149,10 @@ struct TestServerOptions {
   double step_delay_s = 0.0;
   int32_t num_kv_blocks = 256;
   size_t max_body_bytes = size_t{4} << 20;
-  int num_threads = 16;  // HTTP worker threads
+  int num_threads = 16;         // HTTP worker threads
+  FaultInjectionConfig faults;  // none by default
+  bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
+  int32_t max_num_seqs = 256;
 };
 
 class OpenAiTestServer {
@@ -127,12 +165,23 @@ class OpenAiTestServer {
     EXPECT_TRUE(runner.ok()) << runner.status().ToString();
     runner_ = std::move(runner).value();
     executor_ = std::make_unique<DelayedExecutor>(runner_.get(), options.step_delay_s);
+    injector_ = std::make_unique<FaultInjectingExecutor>(executor_.get(), options.faults);
     EngineConfig config;
+    config.max_num_seqs = options.max_num_seqs;
     if (!model.weights->config.stop_token_ids.empty()) {
       config.eos_token_id = model.weights->config.stop_token_ids.front();
     }
-    engine_ = std::make_unique<EngineCore>(config, executor_.get(), &clock_);
+    engine_ = std::make_unique<EngineCore>(config, injector_.get(), &clock_);
     engine_->AddObserver(&recorder_);
+    if (options.with_metrics) {
+      MetricsConfig metrics_config;
+      metrics_config.model_name = "stories";
+      metrics_config.max_model_len = engine_->max_model_len();
+      metrics_config.num_gpu_blocks = options.num_kv_blocks;
+      metrics_ = std::make_unique<PrometheusMetrics>(metrics_config);
+      metrics_observer_ = std::make_unique<MetricsObserver>(metrics_.get());
+      engine_->AddObserver(metrics_observer_.get());
+    }
 
     ServerContext context;
     context.engine = engine_.get();
@@ -141,6 +190,7 @@ class OpenAiTestServer {
     context.served_model_name = "stories";
     context.api_key = options.api_key;
     context.max_queue_len = options.max_queue_len;
+    context.metrics = metrics_.get();
     HttpServerOptions server_options;
     server_options.port = 0;
     server_options.max_body_bytes = options.max_body_bytes;
@@ -172,6 +222,7 @@ class OpenAiTestServer {
   EngineCore& engine() { return *engine_; }
   const Tokenizer& tokenizer() const { return *Stories260K().tokenizer; }
   const FinishRecorder& recorder() const { return recorder_; }
+  const FaultInjectingExecutor& injector() const { return *injector_; }
   HttpServer& http() { return *server_; }
   // The engine requests waiting to be scheduled, as --max-queue-len counts them.
   int64_t num_waiting() const { return server_->num_waiting(); }
@@ -181,7 +232,10 @@ class OpenAiTestServer {
   SteadyClock clock_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<DelayedExecutor> executor_;
+  std::unique_ptr<FaultInjectingExecutor> injector_;
   FinishRecorder recorder_;
+  std::unique_ptr<PrometheusMetrics> metrics_;
+  std::unique_ptr<MetricsObserver> metrics_observer_;
   std::unique_ptr<EngineCore> engine_;
   std::unique_ptr<HttpServer> server_;
   int port_ = -1;

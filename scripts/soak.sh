@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Soak test: one `tinyserve serve` process under mixed load (streaming, non-streaming, chat,
+# clients that disconnect mid-stream or before the first token, bad requests) for DURATION
+# seconds, its resident memory (VmRSS) sampled every second.
+#
+#   scripts/soak.sh [DURATION]        default 600 s; run from the repository root
+#   env: TINYSERVE_BIN (build/bin/tinyserve), SOAK_LOAD (build/bin/soak_load),
+#        TINYSERVE_MODEL (../shared/models/stories260K.bin), SOAK_CONCURRENCY (16),
+#        SOAK_OUT (a temporary folder: server.log, rss.csv, load.log)
+#
+# Pass/fail rule (exit 0 iff all hold):
+#   1. no crash: the server is alive at the end, /health answers 200, and it exits 0 on SIGTERM;
+#   2. the load driver saw no unexpected answer (every request got its expected status; streams
+#      ended with [DONE]; bad requests got their 4xx JSON error);
+#   3. no leak of engine state: once the load stops, /metrics shows 0 used KV blocks and 0 running
+#      or waiting requests;
+#   4. no RSS growth trend after warm-up: over the second half of the run (the first half is
+#      warm-up), the least-squares line through the RSS samples rises by less than
+#      max(4 MiB, 5% of the mean RSS of that half) across the half.
+# It prints the samples' summary (RSS at start, max, slope over the second half in KiB/s, the
+# fitted growth) and the verdict.
+set -euo pipefail
+
+DURATION=${1:-600}
+BIN=${TINYSERVE_BIN:-build/bin/tinyserve}
+LOAD=${SOAK_LOAD:-build/bin/soak_load}
+MODEL=${TINYSERVE_MODEL:-../shared/models/stories260K.bin}
+CONCURRENCY=${SOAK_CONCURRENCY:-16}
+OUT=${SOAK_OUT:-$(mktemp -d /tmp/tinyserve-soak.XXXXXX)}
+mkdir -p "$OUT"
+for f in "$BIN" "$LOAD" "$MODEL"; do
+  [[ -e $f ]] || { echo "soak: $f not found" >&2; exit 2; }
+done
+
+# A small KV cache (preemptions) and a modest worker pool.
+"$BIN" serve --model "$MODEL" --port 0 --num-kv-blocks 48 --max-num-seqs 32 \
+  2>"$OUT/server.log" &
+SERVER=$!
+cleanup() { kill "$SERVER" 2>/dev/null || true; }
+trap cleanup EXIT
+
+PORT=""
+for _ in $(seq 1 300); do
+  PORT=$(sed -n 's|.*serving .* on http://[0-9.]*:\([0-9]*\) .*|\1|p' "$OUT/server.log" | head -1)
+  [[ -n $PORT ]] && break
+  kill -0 "$SERVER" 2>/dev/null || { echo "soak: the server did not start" >&2; cat "$OUT/server.log" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n $PORT ]] || { echo "soak: no port in the server log" >&2; exit 1; }
+echo "soak: server pid $SERVER on port $PORT, ${DURATION} s of load, samples in $OUT/rss.csv"
+
+# RSS sampler: "seconds,kib" every second while the load runs.
+echo "t_s,rss_kib" >"$OUT/rss.csv"
+(
+  t=0
+  while kill -0 "$SERVER" 2>/dev/null; do
+    rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$SERVER/status" 2>/dev/null || true)
+    [[ -n $rss ]] && echo "$t,$rss" >>"$OUT/rss.csv"
+    sleep 1
+    t=$((t + 1))
+    [[ $t -gt $DURATION ]] && break
+  done
+) &
+SAMPLER=$!
+
+LOAD_RC=0
+"$LOAD" --port "$PORT" --duration "$DURATION" --concurrency "$CONCURRENCY" >"$OUT/load.log" 2>&1 || LOAD_RC=$?
+wait "$SAMPLER" || true
+tail -n 8 "$OUT/load.log"
+
+FAIL=0
+verdict() { echo "soak: FAIL: $*"; FAIL=1; }
+
+# 1. Alive; 3. healthy and idle once the load stops (aborted requests finish within a step).
+if ! kill -0 "$SERVER" 2>/dev/null; then
+  verdict "the server died"; tail -n 20 "$OUT/server.log"
+elif ! "$LOAD" --port "$PORT" --check-idle; then
+  verdict "/health is not 200, or KV blocks or requests are left after the load"
+fi
+# 2. The driver's verdict.
+[[ $LOAD_RC -eq 0 ]] || verdict "the load driver saw unexpected answers (see $OUT/load.log)"
+# 4. The RSS trend over the second half.
+read -r N START MAX MEAN SLOPE GROWTH LIMIT < <(awk -F, 'BEGIN { n = 0 }
+  NR > 1 { t[n] = $1; r[n] = $2; n++ }
+  END {
+    if (n < 4) { print n, 0, 0, 0, 0, 0, 0; exit }
+    max = 0; for (i = 0; i < n; i++) if (r[i] > max) max = r[i]
+    h = int(n / 2); m = n - h; st = 0; sr = 0
+    for (i = h; i < n; i++) { st += t[i]; sr += r[i] }
+    mt = st / m; mr = sr / m; num = 0; den = 0
+    for (i = h; i < n; i++) { num += (t[i] - mt) * (r[i] - mr); den += (t[i] - mt) ^ 2 }
+    slope = den > 0 ? num / den : 0
+    growth = slope * (t[n - 1] - t[h])
+    limit = 0.05 * mr; if (limit < 4096) limit = 4096
+    printf "%d %d %d %.0f %.3f %.0f %.0f\n", n, r[0], max, mr, slope, growth, limit
+  }' "$OUT/rss.csv")
+echo "soak: $N RSS samples: start ${START} KiB, max ${MAX} KiB, second-half mean ${MEAN} KiB," \
+  "slope ${SLOPE} KiB/s, fitted growth over the second half ${GROWTH} KiB (limit ${LIMIT} KiB)"
+[[ $N -ge 4 ]] || verdict "too few RSS samples ($N)"
+awk -v g="$GROWTH" -v l="$LIMIT" 'BEGIN { exit !(g < l) }' || verdict "RSS grows after warm-up"
+
+# 1 (cont.). A clean exit on SIGTERM.
+kill -TERM "$SERVER"
+SERVER_RC=0
+wait "$SERVER" || SERVER_RC=$?
+trap - EXIT
+[[ $SERVER_RC -eq 0 ]] || verdict "the server exited with $SERVER_RC on SIGTERM"
+
+if [[ $FAIL -eq 0 ]]; then
+  echo "soak: PASS"
+else
+  exit 1
+fi
