@@ -63,7 +63,9 @@ Status ModelRunner::Init() {
   embedding_ = Upload(w.token_embedding);
   final_norm_ = Upload(w.final_norm);
   lm_head_ = c.shared_classifier ? embedding_ : Upload(w.classifier);
-  if (embedding_ == nullptr || final_norm_ == nullptr || lm_head_ == nullptr) {
+  rope_inv_freq_ = Upload(c.RopeInvFreq());
+  if (embedding_ == nullptr || final_norm_ == nullptr || lm_head_ == nullptr ||
+      rope_inv_freq_ == nullptr) {
     return ResourceExhausted("out of device memory uploading weights");
   }
   const int64_t per_layer_floats =
@@ -77,9 +79,23 @@ Status ModelRunner::Init() {
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& lw = w.layers[l];
-    LayerPtrs p{Upload(lw.attn_norm), Upload(lw.wqkv), Upload(lw.wo), Upload(lw.ffn_norm),
-                Upload(lw.w13),       Upload(lw.w2),   nullptr,       nullptr};
-    if (!p.attn_norm || !p.wqkv || !p.wo || !p.ffn_norm || !p.w13 || !p.w2) {
+    const bool has_bias = !lw.bqkv.empty();
+    if (has_bias && lw.bqkv.size() != static_cast<size_t>(c.q_dim() + 2 * c.kv_dim())) {
+      return InvalidArgument("layer " + std::to_string(l) + ": qkv bias has " +
+                             std::to_string(lw.bqkv.size()) + " values, want " +
+                             std::to_string(c.q_dim() + 2 * c.kv_dim()));
+    }
+    LayerPtrs p{Upload(lw.attn_norm),
+                Upload(lw.wqkv),
+                has_bias ? Upload(lw.bqkv) : nullptr,
+                Upload(lw.wo),
+                Upload(lw.ffn_norm),
+                Upload(lw.w13),
+                Upload(lw.w2),
+                nullptr,
+                nullptr};
+    if (!p.attn_norm || !p.wqkv || (has_bias && !p.bqkv) || !p.wo || !p.ffn_norm || !p.w13 ||
+        !p.w2) {
       return ResourceExhausted("out of device memory uploading layer " + std::to_string(l));
     }
     p.k_cache = kv_cache_.as<float>() + l * per_layer_floats;
@@ -187,11 +203,12 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
     const LayerPtrs& L = layers_[l];
     // Attention block: xb = norm(x) already.
     b.Gemm(xb, L.wqkv, n, qkv_width, dim, qkv);
+    if (L.bqkv != nullptr) b.AddBias(qkv, L.bqkv, n, qkv_width);
     float* q = qkv;
     float* k = qkv + q_dim;
     float* v = qkv + q_dim + kv_dim;
     b.Rope(q, qkv_width, k, qkv_width, d_positions_.as<int32_t>(), n, c.num_heads, c.num_kv_heads,
-           c.head_dim, c.rope_theta, c.rope_style);
+           c.head_dim, rope_inv_freq_, c.rope_style);
     b.WriteKvCache(k, v, qkv_width, d_slots_.as<int64_t>(), n, kv_dim, L.k_cache, L.v_cache);
     b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, meta, c.num_heads, c.num_kv_heads,
                      c.head_dim, att);

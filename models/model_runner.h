@@ -49,6 +49,7 @@ class ModelRunner final : public ModelExecutor {
   struct LayerPtrs {
     const float* attn_norm;
     const float* wqkv;
+    const float* bqkv;  // nullptr: no bias
     const float* wo;
     const float* ffn_norm;
     const float* w13;
@@ -75,6 +76,7 @@ class ModelRunner final : public ModelExecutor {
   const float* embedding_ = nullptr;
   const float* final_norm_ = nullptr;
   const float* lm_head_ = nullptr;
+  const float* rope_inv_freq_ = nullptr;  // [head_dim / 2]
   std::vector<LayerPtrs> layers_;
   DeviceBuffer kv_cache_;
 
