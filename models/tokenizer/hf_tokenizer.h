@@ -51,17 +51,21 @@ struct HfTokenizerFiles {
   // tokenizer_config.json's add_bos_token; when absent, whether tokenizer.json's post_processor
   // prepends a BOS. Tokenizer::add_bos_by_default() returns the same value.
   bool add_bos_token = false;
-  // The chat template family ("llama-2", "llama-3", "chatml", "qwen2", "qwen2.5", "zephyr"; the
+  // The chat template family ("llama-2", "llama-3", "chatml", "qwen2", "qwen2.5", "smollm2",
+  // "zephyr"; the
   // names RenderChatTemplate in server/protocol/chat_template.h knows) that tokenizer_config.json's
   // `chat_template` is recognised as, or "" when the directory has none.
   std::string chat_template_name;
 };
 
-// Loads `dir`/tokenizer.json (required), `dir`/tokenizer_config.json (required) and
-// `dir`/generation_config.json (optional). Errors name the file and the problem: a missing
-// required file (NotFound), malformed JSON, an unsupported model/normalizer/pre-tokenizer/decoder
-// type (naming the field), a bos/eos token that is not in the vocabulary, a chat_template that is
-// present but not recognised (InvalidArgument; pass --chat-template to serve to override).
+// Loads `dir`/tokenizer.json (required), `dir`/tokenizer_config.json (optional: without it BOS,
+// EOS and add_bos come from tokenizer.json as in LoadHfTokenizerJson; the chat template then comes
+// from `dir`/chat_template.jinja if present) and `dir`/generation_config.json (optional). Errors
+// name the file and the problem: a missing tokenizer.json (NotFound), malformed JSON, an
+// unsupported model/normalizer/pre-tokenizer/decoder type (naming the field), a bos/eos token that
+// is not in the vocabulary, add_bos_token without a bos_token, an eos_token_id outside the
+// vocabulary, a chat_template that is present but not recognised (InvalidArgument; pass
+// --chat-template to serve to override).
 StatusOr<HfTokenizerFiles> LoadHfTokenizer(const std::string& dir);
 
 // Loads a tokenizer.json alone. BOS/EOS come from the file itself: BOS from the post_processor
@@ -75,6 +79,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& path
 //   "llama-3"  <|start_header_id|> ... <|end_header_id|> ... <|eot_id|> (Llama 3.0's template;
 //              Llama 3.1+'s with "Cutting Knowledge Date" is not supported)
 //   "qwen2.5"  ChatML with Qwen 2.5's default system message ("You are Qwen, created by ...")
+//   "smollm2"  ChatML with SmolLM2's default system message ("You are a helpful AI assistant
+//              named SmolLM, trained by Hugging Face")
 //   "qwen2"    ChatML with Qwen 2's default system message ("You are a helpful assistant.")
 //   "chatml"   <|im_start|> ... <|im_end|> (SmolLM)
 //   "zephyr"   <|user|>, <|assistant|> and eos_token (TinyLlama, Zephyr)
