@@ -103,11 +103,12 @@ Status WriteHfTokenizerFromLlama2c(const std::string& tokenizer_bin_path, int32_
 enum class HfTokenizerStyle {
   kLlama3,     // <|begin_of_text|>=128000 (BOS, added), <|end_of_text|>=128001, header ids and
                // <|eot_id|>=128009, <|reserved_special_token_N|> up to vocab_size; Split(regex) +
-               // ByteLevel; Llama 3.0 chat template (eos <|eot_id|>). vocab_size >= 128256.
+               // ByteLevel; ignore_merges; Llama 3.0 chat template (eos <|eot_id|>).
+               // vocab_size >= 128010 (128256 in the published tokenizer).
   kQwen2,      // <|endoftext|>=151643, <|im_start|>=151644, <|im_end|>=151645 (eos), then
-               // reserved specials up to vocab_size; no BOS; Split(regex) + ByteLevel; Qwen2.5
-               // chat template. vocab_size >= 151646.
-  kSmolLM,     // <|endoftext|>=0 (bos), <|im_start|>=1, <|im_end|>=2 (eos); no BOS added;
+               // reserved specials up to vocab_size; no BOS; NFC; Split(regex) + ByteLevel;
+               // Qwen2.5 chat template. vocab_size >= 151646.
+  kSmolLM,     // <|endoftext|>=0, <|im_start|>=1 (bos, not added), <|im_end|>=2 (eos);
                // Digits + ByteLevel; ChatML template. vocab_size >= 259.
   kTinyLlama,  // <unk>=0, <s>=1 (BOS, added), </s>=2 (eos); ByteLevel; Zephyr chat template.
                // vocab_size >= 259.
