@@ -11,6 +11,8 @@
 #include "models/safetensors.h"
 #include "models/tokenizer/gguf.h"
 #include "models/tokenizer/gguf_tokenizer.h"
+#include "models/tokenizer/llama2c_tokenizer.h"
+#include "models/tokenizer/sentencepiece_bpe.h"
 
 namespace tinyserve {
 namespace {
@@ -260,29 +262,21 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
   return out;
 }
 
-StatusOr<GgufLlamaVocab> ReadLlama2cVocab(const std::string& path, int32_t vocab_size) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open tokenizer");
+StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vocab_size) {
+  StatusOr<SentencePieceVocab> sp = ReadLlama2cVocab(path, vocab_size);
+  if (!sp.ok()) return sp.status();
   GgufLlamaVocab v;
-  uint32_t max_len = 0;
-  in.read(reinterpret_cast<char*>(&max_len), 4);
-  for (int32_t i = 0; i < vocab_size; ++i) {
-    float score = 0;
-    int32_t len = 0;
-    in.read(reinterpret_cast<char*>(&score), 4);
-    in.read(reinterpret_cast<char*>(&len), 4);
-    if (!in || len < 0 || static_cast<uint32_t>(len) > max_len) {
-      return InvalidArgument(path + ": bad record for token " + std::to_string(i));
-    }
-    std::string piece(static_cast<size_t>(len), '\0');
-    in.read(piece.data(), len);
-    if (!in) return InvalidArgument(path + ": truncated at token " + std::to_string(i));
+  for (const std::string& piece : sp->pieces) {
     std::string spm;
     for (char ch : piece) spm += ch == ' ' ? std::string("\xe2\x96\x81") : std::string(1, ch);
     v.pieces.push_back(std::move(spm));
-    v.scores.push_back(score);
-    v.token_types.push_back(i == 0 ? 2 : i <= 2 ? 3 : i <= 258 ? 6 : 1);
   }
+  v.scores = sp->scores;
+  for (TokenKind k : sp->kinds) v.token_types.push_back(static_cast<int32_t>(k));
+  v.bos_id = sp->bos_id;
+  v.eos_id = sp->eos_id;
+  v.unk_id = sp->unk_id;
+  v.add_bos = sp->add_bos_by_default;
   return v;
 }
 

@@ -50,7 +50,7 @@ struct GgufLlamaVocab {
 
 // Reads a llama2.c tokenizer.bin of `vocab_size` tokens as a GGUF "llama" vocabulary: <unk> 0
 // (unknown), <s> 1 and </s> 2 (control), <0xHH> bytes 3..258 (byte), the rest normal.
-StatusOr<GgufLlamaVocab> ReadLlama2cVocab(const std::string& path, int32_t vocab_size);
+StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vocab_size);
 
 // Writes `weights` and `vocab` as a GGUF v3 file of the llama architecture, tensors in `dtype`.
 // Half-split q/k rows (HF) are permuted back to the interleaved order llama.cpp uses.

@@ -125,7 +125,7 @@ std::vector<int32_t> InterleavedToHalfSplitRows(int32_t num_heads, int32_t head_
   return from;
 }
 
-StatusOr<std::shared_ptr<const LlamaWeights>> LoadHfModel(const std::string& dir) {
+StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
   StatusOr<HfConfig> hf = LoadHfConfig((fs::path(dir) / "config.json").string());
   if (!hf.ok()) return hf.status();
   StatusOr<Checkpoint> ckpt = OpenCheckpoint(dir);
@@ -211,7 +211,7 @@ StatusOr<std::shared_ptr<const LlamaWeights>> LoadHfModel(const std::string& dir
     file->ReadF32(*tensor, e.dst);
     file->ReleasePages(*tensor);
   }
-  return std::shared_ptr<const LlamaWeights>(std::move(w));
+  return w;
 }
 
 Status WriteHfModel(const LlamaWeights& weights, const std::string& architecture, TensorDtype dtype,

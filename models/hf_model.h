@@ -30,7 +30,7 @@ namespace tinyserve {
 bool IsHfModelDir(const std::string& dir);
 
 // Loads `dir`/config.json and its safetensors weights. The config's name is the directory's name.
-StatusOr<std::shared_ptr<const LlamaWeights>> LoadHfModel(const std::string& dir);
+StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir);
 
 // Writes `weights` into `dir` (created if missing) as config.json (architecture `architecture`)
 // and model.safetensors in `dtype`. Interleaved q/k rows (llama2.c) are permuted to HF's half-split

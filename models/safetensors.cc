@@ -68,8 +68,9 @@ Status SafetensorsFile::ParseHeader() {
   if (n < 2) return FileError(path, "header length " + std::to_string(n) + " is too short");
   header_bytes_ = n;
   const char* text = reinterpret_cast<const char*>(file_.data() + 8);
-  nlohmann::json header =
-      nlohmann::json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
+  // ordered_json: tensors() keep the header's order.
+  nlohmann::ordered_json header =
+      nlohmann::ordered_json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return FileError(path, "header is not a JSON object");
   }
@@ -82,7 +83,7 @@ Status SafetensorsFile::ParseHeader() {
   std::vector<Span> spans;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
-    const nlohmann::json& entry = it.value();
+    const nlohmann::ordered_json& entry = it.value();
     if (name == "__metadata__") {
       if (!entry.is_object()) return FileError(path, "__metadata__ is not an object");
       for (auto m = entry.begin(); m != entry.end(); ++m) {

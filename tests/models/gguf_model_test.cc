@@ -25,7 +25,7 @@ class GgufModelTest : public ::testing::Test {
     auto w = LoadLlama2cCheckpoint(kModels + "/stories260K.bin");
     ASSERT_TRUE(w.ok());
     weights_ = *w;
-    auto v = ReadLlama2cVocab(kModels + "/tok512.bin", 512);
+    auto v = Llama2cVocabForGguf(kModels + "/tok512.bin", 512);
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     vocab_ = *v;
   }
