@@ -1,4 +1,6 @@
-// `tinyserve gen-model`: writes a checkpoint with seeded random weights in a benchmark shape.
+// `tinyserve gen-model`: writes a model with seeded random weights in a benchmark shape: a llama2.c
+// checkpoint (stories* presets, --out FILE) or a Hugging Face directory (llama-3.2-1b,
+// qwen2.5-0.5b, tinyllama-1.1b, smollm-135m; --out DIR, --dtype).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@ namespace tinyserve {
 
 struct GenModelFlags {
   std::string preset = "stories15M";
+  std::string dtype = "bf16";  // HF presets only
   uint64_t seed = 0;
   std::string out;
 };

@@ -13,9 +13,10 @@ namespace tinyserve {
 CLI::App* AddGenerateCommand(CLI::App& app, GenerateFlags& f) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate completions for prompts (offline)");
   cmd->add_option("--model", f.model,
-                  "llama2.c checkpoint (.bin); default $TINYSERVE_MODEL or "
-                  "../shared/models/stories260K.bin");
-  cmd->add_option("--tokenizer", f.tokenizer, "tokenizer.bin; default: found beside the model");
+                  "Hugging Face model directory, .gguf file or llama2.c checkpoint (.bin); "
+                  "default $TINYSERVE_MODEL or ../shared/models/stories260K.bin");
+  cmd->add_option("--tokenizer", f.tokenizer,
+                  "tokenizer.bin of a llama2.c checkpoint; default: found beside the model");
   cmd->add_option("--prompt", f.prompts, "a prompt (repeat for several; all run together)");
   cmd->add_option("-n,--max-tokens", f.max_tokens, "max new tokens per prompt")
       ->check(CLI::PositiveNumber);
@@ -59,7 +60,7 @@ int RunGenerate(const GenerateFlags& f, const std::string& default_shared_dir) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     EngineRequest req;
     req.request_id = "generate-" + std::to_string(i);
-    req.prompt_token_ids = tok.Encode(prompts[i], /*add_bos=*/true);
+    req.prompt_token_ids = tok.Encode(prompts[i], model->add_bos);
     req.arrival_ts = clock.Now();
     SamplingParams& p = req.sampling;
     p.max_tokens = f.max_tokens;

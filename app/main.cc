@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "app/bench_throughput.h"
+#include "app/convert.h"
 #include "app/gen_model.h"
 #include "app/generate.h"
 #include "app/serve.h"
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
   CLI::App* generate_cmd = tinyserve::AddGenerateCommand(app, generate);
   tinyserve::GenModelFlags gen_model;
   CLI::App* gen_model_cmd = tinyserve::AddGenModelCommand(app, gen_model);
+  tinyserve::ConvertFlags convert;
+  CLI::App* convert_cmd = tinyserve::AddConvertCommand(app, convert);
   tinyserve::ServeFlags serve;
   CLI::App* serve_cmd = tinyserve::AddServeCommand(app, serve);
   CLI::App* bench_cmd = app.add_subcommand("bench", "Benchmarks");
@@ -30,6 +33,7 @@ int main(int argc, char** argv) {
     return tinyserve::RunGenerate(generate, TINYSERVE_DEFAULT_SHARED_DIR);
   }
   if (gen_model_cmd->parsed()) return tinyserve::RunGenModel(gen_model);
+  if (convert_cmd->parsed()) return tinyserve::RunConvert(convert, TINYSERVE_DEFAULT_SHARED_DIR);
   if (serve_cmd->parsed()) return tinyserve::RunServe(serve, TINYSERVE_DEFAULT_SHARED_DIR);
   if (bench_throughput_cmd->parsed()) return tinyserve::RunBenchThroughput(bench_throughput);
   return 1;

@@ -21,6 +21,7 @@
 #include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "server/http_server.h"
+#include "server/protocol/chat_template.h"
 
 namespace tinyserve {
 namespace {
@@ -80,10 +81,11 @@ bool WaitUntilIdle(const HttpServer& server, const sigset_t& signals, double tim
 CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI API, /metrics)");
   cmd->add_option("model", f.model,
-                  "llama2.c checkpoint (.bin); default $TINYSERVE_MODEL or "
-                  "../shared/models/stories260K.bin");
+                  "Hugging Face model directory, .gguf file or llama2.c checkpoint (.bin); "
+                  "default $TINYSERVE_MODEL or ../shared/models/stories260K.bin");
   cmd->add_option("--model", f.model, "the model, as the positional argument");
-  cmd->add_option("--tokenizer", f.tokenizer, "tokenizer.bin; default: found beside the model");
+  cmd->add_option("--tokenizer", f.tokenizer,
+                  "tokenizer.bin of a llama2.c checkpoint; default: found beside the model");
   cmd->add_option("--host", f.host, "address to listen on");
   cmd->add_option("--port", f.port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535));
@@ -99,8 +101,13 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   cmd->add_option("--max-queue-len", f.max_queue_len,
                   "answer 503 when this many requests wait to be scheduled (0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--chat-template", f.chat_template, "plain, chatml, zephyr or llama-2")
-      ->check(CLI::IsMember({"plain", "chatml", "zephyr", "llama-2"}));
+  cmd->add_option("--chat-template", f.chat_template,
+                  "chat template name (plain, chatml, zephyr, llama-2, ...); default: the "
+                  "model's own, else plain")
+      ->check([](const std::string& name) {
+        return protocol::IsKnownChatTemplate(name) ? std::string()
+                                                   : "unknown chat template '" + name + "'";
+      });
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s,
                   "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
                   "aborted")
@@ -142,9 +149,17 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   const ModelConfig config = model->weights->config;  // by value: the weights move to the runner
   LogLine("model " + model->model_path + " (" + config.Describe() + "), tokenizer " +
           model->tokenizer_path);
+  // --chat-template wins; else the model's own, which this server must know how to render.
+  std::string chat_template = f.chat_template;
+  if (chat_template.empty()) chat_template = model->chat_template;
+  if (chat_template.empty()) chat_template = "plain";
+  if (!protocol::IsKnownChatTemplate(chat_template)) {
+    return fail(InvalidArgument("the model's chat template '" + chat_template +
+                                "' is not supported by this server; pass --chat-template NAME"));
+  }
+  LogLine("chat template " + chat_template);
   const std::string served_model_name =
-      f.served_model_name.empty() ? std::filesystem::path(model->model_path).stem().string()
-                                  : f.served_model_name;
+      f.served_model_name.empty() ? config.name : f.served_model_name;
 
   auto runner =
       CreateModelRunner(f.engine, std::move(model->weights), f.engine.max_num_seqs, &LogLine);
@@ -204,7 +219,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.clock = &clock;
   context.model_root = model->model_path;
   context.max_model_len = engine.max_model_len();
-  context.chat_template = f.chat_template;
+  context.chat_template = chat_template;
   context.api_key = f.api_key;
   context.max_queue_len = f.max_queue_len;
   HttpServer server(server_options, context);

@@ -27,10 +27,12 @@ struct ServeFlags {
   std::string trace_file;         // empty: no trace
   EngineFlags engine;             // --threads, --device, --max-num-seqs, ... (app/engine_flags.h)
   // The API.
-  std::string api_key;                  // also $TINYSERVE_API_KEY; empty: no authentication
-  int64_t max_queue_len = 0;            // 0: unlimited
-  std::string chat_template = "plain";  // protocol::RenderChatTemplate name
-  double shutdown_timeout_s = 10.0;     // grace for in-flight requests on SIGINT/SIGTERM
+  std::string api_key;        // also $TINYSERVE_API_KEY; empty: no authentication
+  int64_t max_queue_len = 0;  // 0: unlimited
+  // protocol::RenderChatTemplate name; "": the model's own (its tokenizer_config.json or GGUF
+  // metadata), else "plain".
+  std::string chat_template;
+  double shutdown_timeout_s = 10.0;  // grace for in-flight requests on SIGINT/SIGTERM
   // Fault injection for reliability tests (hidden flags; engine/fault_injecting_executor.h).
   double fault_inject_rate = 0.0;    // --fault-inject-rate: share of executor calls that fail
   uint64_t fault_seed = 0;           // --fault-seed

@@ -119,11 +119,16 @@ class Backend {
   // y = x * w^T.  x [m, k], w [n, k] row-major (out-features first), y [m, n].
   virtual void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) = 0;
 
-  // Rotates q and k in place at each token's position. q [n, num_heads, head_dim] with row stride
-  // `q_stride` floats; k [n, num_kv_heads, head_dim] with row stride `k_stride`.
+  // y[i, j] += bias[j].  y [m, n] contiguous; bias [n].
+  virtual void AddBias(float* y, const float* bias, int32_t m, int32_t n) = 0;
+
+  // Rotates q and k in place at each token's position: pair i of a head turns by the angle
+  // float(pos) * inv_freq[i] (fp32), the pairs as `style` says. q [n, num_heads, head_dim] with row
+  // stride `q_stride` floats; k [n, num_kv_heads, head_dim] with row stride `k_stride`;
+  // inv_freq [head_dim / 2] fp32 (ModelConfig::RopeInvFreq: theta and any rope scaling).
   virtual void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                     const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
-                    int32_t head_dim, float theta, RopeStyle style) = 0;
+                    int32_t head_dim, const float* inv_freq, RopeStyle style) = 0;
 
   // Writes each token's K and V row into the cache at its slot; slot -1 is skipped.
   // k, v [n, kv_width] with row stride `stride`; slots [n] int64; caches as in the file comment.

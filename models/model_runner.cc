@@ -95,20 +95,30 @@ Status ModelRunner::Init() {
   embedding_ = UploadMatrix(w.token_embedding);
   final_norm_ = Upload(w.final_norm);
   lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier);
-  if (embedding_.data == nullptr || final_norm_ == nullptr || lm_head_.data == nullptr) {
+  rope_inv_freq_ = Upload(c.RopeInvFreq());
+  if (embedding_.data == nullptr || final_norm_ == nullptr || lm_head_.data == nullptr ||
+      rope_inv_freq_ == nullptr) {
     return ResourceExhausted("out of device memory uploading weights");
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& lw = w.layers[l];
+    const bool has_bias = !lw.bqkv.empty();
+    if (has_bias && lw.bqkv.size() != static_cast<size_t>(c.q_dim() + 2 * c.kv_dim())) {
+      return InvalidArgument("layer " + std::to_string(l) + ": qkv bias has " +
+                             std::to_string(lw.bqkv.size()) + " values, want " +
+                             std::to_string(c.q_dim() + 2 * c.kv_dim()));
+    }
     LayerPtrs p{Upload(lw.attn_norm),
                 UploadMatrix(lw.wqkv),
+                has_bias ? Upload(lw.bqkv) : nullptr,
                 UploadMatrix(lw.wo),
                 Upload(lw.ffn_norm),
                 UploadMatrix(lw.w13),
                 UploadMatrix(lw.w2),
                 nullptr,
                 nullptr};
-    if (!p.attn_norm || !p.wqkv.data || !p.wo.data || !p.ffn_norm || !p.w13.data || !p.w2.data) {
+    if (!p.attn_norm || !p.wqkv.data || (has_bias && !p.bqkv) || !p.wo.data || !p.ffn_norm ||
+        !p.w13.data || !p.w2.data) {
       return ResourceExhausted("out of device memory uploading layer " + std::to_string(l));
     }
     layers_.push_back(p);
@@ -389,11 +399,12 @@ void ModelRunner::Forward(const StepInputs& in) {
     const LayerPtrs& L = layers_[l];
     // Attention block: xb = norm(x) already.
     b.Linear(xb, L.wqkv, n, qkv_width, dim, qkv);
+    if (L.bqkv != nullptr) b.AddBias(qkv, L.bqkv, n, qkv_width);
     float* q = qkv;
     float* k = qkv + q_dim;
     float* v = qkv + q_dim + kv_dim;
     b.Rope(q, qkv_width, k, qkv_width, in.meta.positions, n, c.num_heads, c.num_kv_heads,
-           c.head_dim, c.rope_theta, c.rope_style);
+           c.head_dim, rope_inv_freq_, c.rope_style);
     b.WriteKvCache(k, v, qkv_width, in.slots, n, kv_dim, L.k_cache, L.v_cache);
     b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
                      c.head_dim, att);

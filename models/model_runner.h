@@ -69,6 +69,7 @@ class ModelRunner final : public ModelExecutor {
   struct LayerPtrs {
     const float* attn_norm;
     WeightRef wqkv;
+    const float* bqkv;  // [q_dim + 2 * kv_dim]; nullptr: no bias
     WeightRef wo;
     const float* ffn_norm;
     WeightRef w13;
@@ -110,6 +111,7 @@ class ModelRunner final : public ModelExecutor {
   WeightRef embedding_;
   const float* final_norm_ = nullptr;
   WeightRef lm_head_;
+  const float* rope_inv_freq_ = nullptr;  // [head_dim / 2]
   std::vector<LayerPtrs> layers_;
   DeviceBuffer kv_cache_;
 

@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libpcre2-dev
+  libicu-dev
   libcpp-httplib-dev
   prometheus-cpp-dev
   prometheus

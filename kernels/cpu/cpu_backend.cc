@@ -148,9 +148,16 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void AddBias(float* y, const float* bias, int32_t m, int32_t n) override {
+    For(static_cast<int64_t>(m) * n > 65536, m, [&](int64_t i) {
+      float* row = y + i * n;
+      for (int32_t j = 0; j < n; ++j) row[j] += bias[j];
+    });
+  }
+
   void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
-            int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, float theta,
-            RopeStyle style) override {
+            int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+            const float* inv_freq, RopeStyle style) override {
     const int32_t half = head_dim / 2;
     const bool parallel = static_cast<int64_t>(n) * (num_heads + num_kv_heads) * head_dim > 65536;
     For(parallel, n, [&](int64_t t) {
@@ -160,10 +167,8 @@ class CpuBackend final : public Backend {
       {
         const int32_t pos = positions[t];
         for (int32_t i = 0; i < half; ++i) {
-          // As run.c: freq = 1 / theta^(2i / head_dim), angle = pos * freq, all in float.
-          const float freq =
-              1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-          const float val = static_cast<float>(pos) * freq;
+          // As run.c and HF: angle = pos * inv_freq, in float.
+          const float val = static_cast<float>(pos) * inv_freq[i];
           cosv[i] = std::cos(val);
           sinv[i] = std::sin(val);
         }

@@ -230,10 +230,10 @@ class CudaBackend final : public Backend {
           "AddRmsNorm");
   }
   void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
-            int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, float theta,
-            RopeStyle style) override {
+            int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+            const float* inv_freq, RopeStyle style) override {
     Check(cuda::LaunchRope(q, q_stride, k, k_stride, positions, n, num_heads, num_kv_heads,
-                           head_dim, theta, style == RopeStyle::kNeox, stream_),
+                           head_dim, inv_freq, style == RopeStyle::kNeox, stream_),
           "Rope");
   }
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,

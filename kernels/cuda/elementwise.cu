@@ -60,7 +60,7 @@ __global__ void RmsNormKernel(const float* x, float* residual, const float* delt
 // One block per token; each thread rotates (head, pair) items.
 __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_stride,
                            const int32_t* positions, int32_t num_heads, int32_t num_kv_heads,
-                           int32_t head_dim, float theta, bool neox) {
+                           int32_t head_dim, const float* inv_freq, bool neox) {
   const size_t t = blockIdx.x;
   const int32_t half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -69,8 +69,7 @@ __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_strid
     const int32_t h = idx / half, i = idx % half;
     float* head = h < num_heads ? q + t * q_stride + h * head_dim
                                 : k + t * k_stride + (h - num_heads) * head_dim;
-    const float freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-    const float val = pos * freq;
+    const float val = pos * inv_freq[i];  // as the CPU: angle = pos * inv_freq, in float
     const float c = cosf(val), s = sinf(val);
     const int32_t a = neox ? i : 2 * i;
     const int32_t b = neox ? i + half : 2 * i + 1;
@@ -154,10 +153,10 @@ cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, c
 
 cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                        const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
-                       int32_t head_dim, float theta, bool neox, cudaStream_t stream) {
+                       int32_t head_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   RopeKernel<<<n, 128, 0, stream>>>(q, q_stride, k, k_stride, positions, num_heads, num_kv_heads,
-                                    head_dim, theta, neox);
+                                    head_dim, inv_freq, neox);
   return cudaGetLastError();
 }
 

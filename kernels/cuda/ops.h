@@ -22,10 +22,11 @@ cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, in
 cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, const float* weight,
                           int32_t n, int32_t dim, float eps, float* out, cudaStream_t stream);
 
-// RoPE in place; `neox` selects the half-split layout (else interleaved pairs).
+// RoPE in place at angle positions[t] * inv_freq[i] (inv_freq [head_dim / 2], device); `neox`
+// selects the half-split layout (else interleaved pairs).
 cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                        const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
-                       int32_t head_dim, float theta, bool neox, cudaStream_t stream);
+                       int32_t head_dim, const float* inv_freq, bool neox, cudaStream_t stream);
 
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
                                int32_t n, int32_t kv_width, float* k_cache, float* v_cache,

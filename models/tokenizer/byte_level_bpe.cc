@@ -38,16 +38,16 @@ size_t Utf8Length(unsigned char lead) {
   return 1;
 }
 
-// A token's bytes: each stand-in character maps back to its byte; other characters (in added
-// tokens) are kept as they are.
-std::string TokenBytes(const std::string& token) {
+}  // namespace
+
+std::string ByteLevelTokenBytes(std::string_view token) {
   const auto& back = UnicodeToByte();
   std::string out;
   size_t i = 0;
   while (i < token.size()) {
     size_t n = Utf8Length(static_cast<unsigned char>(token[i]));
     if (i + n > token.size()) n = token.size() - i;
-    const std::string ch = token.substr(i, n);
+    const std::string ch(token.substr(i, n));
     auto it = back.find(ch);
     if (it != back.end()) {
       out += static_cast<char>(it->second);
@@ -58,8 +58,6 @@ std::string TokenBytes(const std::string& token) {
   }
   return out;
 }
-
-}  // namespace
 
 const std::array<std::string, 256>& Gpt2ByteToUnicode() {
   static const auto* table = [] {
@@ -144,7 +142,7 @@ StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(ByteLevelVocab voca
   bpe->decoded_.resize(size);
   for (int32_t id = 0; id < size; ++id) {
     if (!IsSpecialKind(bpe->vocab_.kinds[id]))
-      bpe->decoded_[id] = TokenBytes(bpe->vocab_.tokens[id]);
+      bpe->decoded_[id] = ByteLevelTokenBytes(bpe->vocab_.tokens[id]);
   }
   return bpe;
 }

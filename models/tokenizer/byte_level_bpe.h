@@ -11,6 +11,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/status.h"
@@ -32,6 +33,10 @@ struct ByteLevelVocab {
 
 // GPT-2's bytes_to_unicode(): the UTF-8 of the printable character that stands for byte b.
 const std::array<std::string, 256>& Gpt2ByteToUnicode();
+
+// A byte-level token's bytes: each stand-in character maps back to its byte; other characters (in
+// added tokens) are kept as they are.
+std::string ByteLevelTokenBytes(std::string_view token);
 
 class ByteLevelBpe final : public Tokenizer {
  public:

@@ -20,17 +20,23 @@ struct Gpt2PreTokenizer::Regex {
 };
 
 StatusOr<std::unique_ptr<Gpt2PreTokenizer>> Gpt2PreTokenizer::Create() {
+  StatusOr<std::unique_ptr<Gpt2PreTokenizer>> pre = Create(kGpt2Pattern);
+  if (!pre.ok()) return Internal("the GPT-2 pre-tokenizer regex: " + pre.status().message());
+  return pre;
+}
+
+StatusOr<std::unique_ptr<Gpt2PreTokenizer>> Gpt2PreTokenizer::Create(std::string_view pattern) {
   auto regex = std::make_unique<Regex>();
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()),
-                              kGpt2Pattern.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
-                              &error, &error_offset, nullptr);
+  regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
+                              &error_offset, nullptr);
   if (regex->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return Internal("PCRE2 rejected the GPT-2 pre-tokenizer regex at offset " +
-                    std::to_string(error_offset) + ": " + reinterpret_cast<const char*>(message));
+    return InvalidArgument("PCRE2 rejected the regex at offset " + std::to_string(error_offset) +
+                           ": " + reinterpret_cast<const char*>(message));
   }
   // JIT is an optimization; without it (unsupported CPU, no JIT build) the interpreter is used.
   pcre2_jit_compile(regex->code, PCRE2_JIT_COMPLETE);

@@ -17,8 +17,7 @@ constexpr int32_t kMinVocabSize = kFirstByteId + 256;
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path,
-                                                          int32_t vocab_size) {
+StatusOr<SentencePieceVocab> ReadLlama2cVocab(const std::string& path, int32_t vocab_size) {
   if (vocab_size < kMinVocabSize) {
     return InvalidArgument(path + ": vocab_size " + std::to_string(vocab_size) +
                            " is too small: a llama2.c tokenizer holds 3 special and 256 byte "
@@ -85,9 +84,15 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& pat
   vocab.unk_id = kUnkId;
   vocab.add_bos_by_default = true;
   vocab.match_all_pieces = true;  // run.c looks up every piece
+  return vocab;
+}
 
+StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path,
+                                                          int32_t vocab_size) {
+  StatusOr<SentencePieceVocab> vocab = ReadLlama2cVocab(path, vocab_size);
+  if (!vocab.ok()) return vocab.status();
   StatusOr<std::unique_ptr<SentencePieceBpe>> tokenizer =
-      SentencePieceBpe::Create(std::move(vocab), path);
+      SentencePieceBpe::Create(std::move(vocab).value(), path);
   if (!tokenizer.ok()) return tokenizer.status();
   return std::unique_ptr<Tokenizer>(std::move(tokenizer).value());
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/status.h"
+#include "models/tokenizer/sentencepiece_bpe.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace tinyserve {
@@ -21,5 +22,10 @@ namespace tinyserve {
 // trailing bytes, or a vocab_size too small for the 3 special + 256 byte tokens.
 StatusOr<std::unique_ptr<Tokenizer>> LoadLlama2cTokenizer(const std::string& path,
                                                           int32_t vocab_size);
+
+// The vocabulary LoadLlama2cTokenizer builds its tokenizer from (pieces with ' ' for U+2581,
+// scores, kinds: 0 unknown, 1 and 2 control, "<0xHH>" byte pieces; byte_ids b + 3; match_all_pieces
+// true), for writers that convert it (WriteHfTokenizerFromLlama2c). Same errors.
+StatusOr<SentencePieceVocab> ReadLlama2cVocab(const std::string& path, int32_t vocab_size);
 
 }  // namespace tinyserve

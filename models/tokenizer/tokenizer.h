@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tinyserve {
@@ -44,6 +45,19 @@ class Tokenizer {
   virtual bool add_bos_by_default() const = 0;
   // Returns true iff `id` is a control or unknown token (BOS, EOS, <unk>, <|endoftext|>...).
   virtual bool is_special(int32_t id) const = 0;
+
+  // The special tokens that have a text form, as (text, id) pairs, e.g. ("<|im_start|>", 151644):
+  // what a chat template may write and protocol::EncodeWithSpecialTokens maps to ids. Encode()
+  // never produces them from text. Default: none (llama2.c and GGUF vocabularies; chat templates
+  // map "<s>" and "</s>" through bos_id() and eos_id()).
+  virtual std::vector<std::pair<std::string, int32_t>> special_tokens() const { return {}; }
+
+  // The ids of `span`, one piece of a text that was split at special tokens: Encode(span, false),
+  // where `at_start` says whether the span begins the whole text (a tokenizer whose normalizer
+  // treats the start of the text apart, e.g. Metaspace with prepend_scheme "first", needs it).
+  virtual std::vector<int32_t> EncodeSpan(std::string_view span, bool /*at_start*/) const {
+    return Encode(span, /*add_bos=*/false);
+  }
 };
 
 }  // namespace tinyserve

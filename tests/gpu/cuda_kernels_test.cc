@@ -4,6 +4,7 @@
 // backends first, so an element the kernel forgets to write fails. Copies are compared bit for
 // bit; arithmetic with |gpu - cpu| <= atol + rtol * |cpu|. Skips without a CUDA device.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <ostream>
@@ -145,19 +146,26 @@ TEST_F(CudaKernelTest, RopeMatchesTheCpuInBothLayouts) {
     for (int32_t hd : {8, 64, 128}) {
       for (float theta : {10000.0f, 500000.0f}) {
         // Small positions are held tight; large ones within what the float angle pos * freq
-        // allows (powf may differ by an ulp between libm and CUDA: pos * 1.2e-7 radians).
+        // allows (sinf/cosf of a large angle may differ by an ulp between libm and CUDA).
         for (const auto& [max_pos, atol] :
              std::vector<std::pair<int32_t, double>>{{127, 2e-5}, {8191, 2e-3}}) {
           SCOPED_TRACE("hd=" + std::to_string(hd) + " max_pos=" + std::to_string(max_pos));
           const int32_t n = 54, stride = (num_heads + 2 * num_kv_heads) * hd;
           std::vector<int32_t> pos(n);
           for (int32_t& p : pos) p = RandInt(rng, 0, max_pos);
+          std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+          for (int32_t i = 0; i < hd / 2; ++i) {
+            inv_freq[static_cast<size_t>(i)] =
+                1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+          }
           Twin qkv = Put(Random(rng, static_cast<size_t>(n) * stride)), d_pos = Put(pos);
+          Twin d_freq = Put(inv_freq);
           for (Backend* b : {cpu_.get(), gpu_.get()}) {
             float* base = b == cpu_.get() ? qkv.c<float>() : qkv.g<float>();
             const int32_t* p = b == cpu_.get() ? d_pos.c<int32_t>() : d_pos.g<int32_t>();
+            const float* f = b == cpu_.get() ? d_freq.c<float>() : d_freq.g<float>();
             b->Rope(base, stride, base + num_heads * hd, stride, p, n, num_heads, num_kv_heads, hd,
-                    theta, style);
+                    f, style);
           }
           // V (the last kv_dim of each row) must be untouched: compared with the rest.
           EXPECT_TRUE(Close(FromGpu(qkv), FromCpu(qkv), atol, 1e-5));

@@ -309,6 +309,27 @@ TEST_P(BackendOpTest, SiluAndMulMatchesReference) {
   }
 }
 
+TEST_P(BackendOpTest, AddBiasAddsTheBiasToEveryRow) {
+  struct Shape {
+    int32_t m, n;
+  };
+  const Shape shapes[] = {{1, 97}, {17, 54}, {97, 1152}, {3, 1}};
+  std::mt19937 rng(12);
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n));
+    const std::vector<float> y = RandomFloats(rng, static_cast<size_t>(s.m) * s.n, -4.0f, 4.0f);
+    const std::vector<float> bias = RandomFloats(rng, s.n, -2.0f, 2.0f);
+    DeviceBuffer d_y = Upload(backend(), y), d_bias = Upload(backend(), bias);
+
+    backend()->AddBias(d_y.as<float>(), d_bias.as<float>(), s.m, s.n);
+
+    // One fp32 addition per element: exact up to its rounding.
+    EXPECT_TRUE(AllClose(Download<float>(backend(), d_y, y.size()),
+                         reference::AddBias(y, bias, s.m, s.n), atol(), rtol()));
+    EXPECT_TRUE(BitwiseEqual(Download<float>(backend(), d_bias, bias.size()), bias));
+  }
+}
+
 TEST_P(BackendOpTest, WriteKvCachePutsRowsAtTheirSlotsAndSkipsPadding) {
   struct Shape {
     int32_t num_blocks, block_size, num_heads, num_kv_heads, head_dim;
@@ -388,12 +409,14 @@ struct RopeCase {
   RopeStyle style;
   double base;
   int32_t num_heads, num_kv_heads, head_dim;
+  bool scaled = false;  // per-pair frequency divisors (reference::RopeInvFreq), as rope scaling
 };
 
 std::string RopeCaseName(const RopeCase& c) {
   return std::string(c.style == RopeStyle::kNeox ? "Neox" : "Interleaved") + "Base" +
          std::to_string(static_cast<int64_t>(c.base)) + "H" + std::to_string(c.num_heads) + "Kv" +
-         std::to_string(c.num_kv_heads) + "D" + std::to_string(c.head_dim);
+         std::to_string(c.num_kv_heads) + "D" + std::to_string(c.head_dim) +
+         (c.scaled ? "Scaled" : "");
 }
 
 void PrintTo(const RopeCase& c, std::ostream* os) { *os << RopeCaseName(c); }
@@ -426,16 +449,21 @@ TEST_P(RopeTest, RotatesPairsByTheFormulaAngle) {
     const std::vector<float> q_buf = RandomFloats(rng, static_cast<size_t>(n) * q_stride);
     const std::vector<float> k_buf =
         fused ? std::vector<float>() : RandomFloats(rng, static_cast<size_t>(n) * k_stride);
+    std::vector<float> inv_freq(c.head_dim / 2);
+    for (int32_t i = 0; i < c.head_dim / 2; ++i) {
+      inv_freq[i] = static_cast<float>(reference::RopeInvFreq(i, c.head_dim, c.base, c.scaled));
+    }
     DeviceBuffer d_q = Upload(backend.get(), q_buf), d_pos = Upload(backend.get(), positions);
     DeviceBuffer d_k = fused ? DeviceBuffer() : Upload(backend.get(), k_buf);
+    DeviceBuffer d_freq = Upload(backend.get(), inv_freq);
     float* k_ptr = (fused ? d_q.as<float>() : d_k.as<float>()) + k_offset;
 
     backend->Rope(d_q.as<float>(), q_stride, k_ptr, k_stride, d_pos.as<int32_t>(), n, c.num_heads,
-                  c.num_kv_heads, c.head_dim, static_cast<float>(c.base), c.style);
+                  c.num_kv_heads, c.head_dim, d_freq.as<float>(), c.style);
 
     // Expected buffers in double: the input, with the heads of q and k rotated. `slack` allows the
-    // angle pos * base^(-2i/head_dim) to be formed in fp32 (an error of about pos * FLT_EPSILON
-    // radians, times the pair's magnitude); it is zero at position 0.
+    // inverse frequency and the angle pos * inv_freq to be formed in fp32 (an error of about
+    // pos * FLT_EPSILON radians, times the pair's magnitude); it is zero at position 0.
     auto rotate_heads = [&](const std::vector<float>& in, int32_t stride, int32_t offset,
                             int32_t num_heads, std::vector<double>* want,
                             std::vector<double>* slack) {
@@ -443,7 +471,7 @@ TEST_P(RopeTest, RotatesPairsByTheFormulaAngle) {
         for (int32_t h = 0; h < num_heads; ++h) {
           const size_t head = static_cast<size_t>(t) * stride + offset + h * c.head_dim;
           reference::RopeHead(&(*want)[head], positions[t], c.head_dim, c.base,
-                              c.style == RopeStyle::kNeox);
+                              c.style == RopeStyle::kNeox, c.scaled);
           for (int32_t i = 0; i < c.head_dim / 2; ++i) {
             const auto [a, b] = reference::RopePair(i, c.head_dim, c.style == RopeStyle::kNeox);
             const double magnitude = std::abs(in[head + a]) + std::abs(in[head + b]);
@@ -641,7 +669,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          RopeCase{RopeStyle::kNeox, 10000.0, 4, 4, 8},
                                          RopeCase{RopeStyle::kNeox, 10000.0, 8, 2, 80},
                                          RopeCase{RopeStyle::kNeox, 500000.0, 4, 2, 64},
-                                         RopeCase{RopeStyle::kNeox, 500000.0, 8, 2, 80})),
+                                         RopeCase{RopeStyle::kNeox, 500000.0, 8, 2, 80},
+                                         RopeCase{RopeStyle::kInterleaved, 10000.0, 4, 2, 64, true},
+                                         RopeCase{RopeStyle::kNeox, 500000.0, 8, 2, 80, true})),
     [](const auto& test_info) {
       return std::get<0>(test_info.param).name + "_" + RopeCaseName(std::get<1>(test_info.param));
     });

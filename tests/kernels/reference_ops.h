@@ -56,9 +56,25 @@ inline std::vector<double> SiluAndMul(const std::vector<float>& gate_up, int32_t
   return out;
 }
 
-// The RoPE angle of pair i at position pos: pos * base^(-2i / head_dim).
-inline double RopeAngle(int32_t pos, int32_t i, int32_t head_dim, double base) {
-  return pos * std::pow(base, -2.0 * i / head_dim);
+// RoPE's inverse frequency of pair i: base^(-2i / head_dim) / divisor(i), where a scaled case
+// divides pair i by 1 + i % 3 (a stand-in for rope scaling: any per-pair frequencies).
+inline double RopeInvFreq(int32_t i, int32_t head_dim, double base, bool scaled) {
+  return std::pow(base, -2.0 * i / head_dim) / (scaled ? 1 + i % 3 : 1);
+}
+
+// The RoPE angle of pair i at position pos: pos * RopeInvFreq(i).
+inline double RopeAngle(int32_t pos, int32_t i, int32_t head_dim, double base, bool scaled) {
+  return pos * RopeInvFreq(i, head_dim, base, scaled);
+}
+
+// y[i, j] + bias[j].  y [m, n], bias [n] -> [m, n].
+inline std::vector<double> AddBias(const std::vector<float>& y, const std::vector<float>& bias,
+                                   int32_t m, int32_t n) {
+  std::vector<double> out(static_cast<size_t>(m) * n);
+  for (int32_t i = 0; i < m; ++i) {
+    for (int32_t j = 0; j < n; ++j) out[i * n + j] = double{y[i * n + j]} + double{bias[j]};
+  }
+  return out;
 }
 
 // The two dimensions RoPE pair i rotates: (2i, 2i+1) interleaved, (i, i + head_dim/2) NeoX.
@@ -68,10 +84,11 @@ inline std::pair<int32_t, int32_t> RopePair(int32_t i, int32_t head_dim, bool ne
 
 // Rotates one head of `head_dim` values (in place, double) at position `pos`: each pair
 // (a, b) = RopePair(i) by RopeAngle(pos, i).
-inline void RopeHead(double* head, int32_t pos, int32_t head_dim, double base, bool neox) {
+inline void RopeHead(double* head, int32_t pos, int32_t head_dim, double base, bool neox,
+                     bool scaled = false) {
   for (int32_t i = 0; i < head_dim / 2; ++i) {
     const auto [a, b] = RopePair(i, head_dim, neox);
-    const double angle = RopeAngle(pos, i, head_dim, base);
+    const double angle = RopeAngle(pos, i, head_dim, base, scaled);
     const double x0 = head[a], x1 = head[b];
     head[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
     head[b] = x0 * std::sin(angle) + x1 * std::cos(angle);

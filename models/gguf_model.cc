@@ -1,0 +1,426 @@
+#include "models/gguf_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "models/hf_model.h"
+#include "models/safetensors.h"
+#include "models/tokenizer/gguf.h"
+#include "models/tokenizer/gguf_tokenizer.h"
+#include "models/tokenizer/llama2c_tokenizer.h"
+#include "models/tokenizer/sentencepiece_bpe.h"
+
+namespace tinyserve {
+namespace {
+
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBf16 = 30;
+constexpr uint64_t kAlignment = 32;
+
+std::optional<TensorDtype> DtypeOfGgml(uint32_t type) {
+  if (type == kGgmlF32) return TensorDtype::kF32;
+  if (type == kGgmlF16) return TensorDtype::kF16;
+  if (type == kGgmlBf16) return TensorDtype::kBF16;
+  return std::nullopt;
+}
+
+uint32_t GgmlOfDtype(TensorDtype d) {
+  return d == TensorDtype::kF32 ? kGgmlF32 : d == TensorDtype::kF16 ? kGgmlF16 : kGgmlBf16;
+}
+
+std::string Blk(int32_t l, const char* rest) { return "blk." + std::to_string(l) + "." + rest; }
+
+// A metadata integer that must be positive; `fallback` (when >= 0) if the key is missing.
+Status ReadDim(const GgufFile& g, const std::string& key, int64_t fallback, int32_t* out) {
+  if (!g.Has(key) && fallback >= 0) {
+    *out = static_cast<int32_t>(fallback);
+    return Status::Ok();
+  }
+  StatusOr<uint64_t> v = g.GetUint(key);
+  if (!v.ok()) return InvalidArgument(g.path() + ": " + key + ": " + v.status().message());
+  if (*v == 0 || *v > (1u << 24)) {
+    return InvalidArgument(g.path() + ": " + key + " = " + std::to_string(*v) + " is out of range");
+  }
+  *out = static_cast<int32_t>(*v);
+  return Status::Ok();
+}
+
+Status ReadFloat(const GgufFile& g, const std::string& key, double fallback, float* out) {
+  if (!g.Has(key)) {
+    *out = static_cast<float>(fallback);
+    return Status::Ok();
+  }
+  StatusOr<double> v = g.GetFloat(key);
+  if (!v.ok()) return InvalidArgument(g.path() + ": " + key + ": " + v.status().message());
+  if (!(*v > 0)) return InvalidArgument(g.path() + ": " + key + " must be positive");
+  *out = static_cast<float>(*v);
+  return Status::Ok();
+}
+
+struct Expected {
+  std::string name;
+  std::vector<uint64_t> dims;  // ggml order
+  float* dst;
+};
+
+// Little-endian GGUF bytes.
+class Bytes {
+ public:
+  template <typename T>
+  void Raw(T v) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    out.append(b, sizeof(T));
+  }
+  void Str(const std::string& s) {
+    Raw<uint64_t>(s.size());
+    out += s;
+  }
+  void Key(const std::string& k, GgufType t) {
+    Str(k);
+    Raw(static_cast<uint32_t>(t));
+  }
+  std::string out;
+};
+
+}  // namespace
+
+bool IsGgufFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
+  StatusOr<GgufFile> opened = GgufFile::Open(path);
+  if (!opened.ok()) return opened.status();
+  const GgufFile& g = *opened;
+  StatusOr<std::string> arch = g.GetString("general.architecture");
+  if (!arch.ok())
+    return InvalidArgument(path + ": general.architecture: " + arch.status().message());
+  if (*arch != "llama") {
+    return InvalidArgument(path + ": general.architecture = \"" + *arch +
+                           "\" is not supported (llama is)");
+  }
+  auto w = std::make_shared<LlamaWeights>();
+  ModelConfig& c = w->config;
+  c.name = std::filesystem::path(path).stem().string();
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.embedding_length", -1, &c.dim));
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.block_count", -1, &c.num_layers));
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.feed_forward_length", -1, &c.hidden_dim));
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.attention.head_count", -1, &c.num_heads));
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.attention.head_count_kv", c.num_heads, &c.num_kv_heads));
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.context_length", -1, &c.max_seq_len));
+  if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
+    return InvalidArgument(path +
+                           ": llama.attention.head_count_kv = " + std::to_string(c.num_kv_heads) +
+                           " does not divide head_count = " + std::to_string(c.num_heads));
+  }
+  if (!g.Has("llama.attention.key_length") && c.dim % c.num_heads != 0) {
+    return InvalidArgument(path + ": llama.attention.head_count does not divide embedding_length");
+  }
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.attention.key_length", c.dim / c.num_heads, &c.head_dim));
+  if (c.head_dim % 2 != 0) return InvalidArgument(path + ": the head dim is odd");
+  int32_t rope_dims = 0;
+  TS_RETURN_IF_ERROR(ReadDim(g, "llama.rope.dimension_count", c.head_dim, &rope_dims));
+  if (rope_dims != c.head_dim) {
+    return InvalidArgument(path + ": llama.rope.dimension_count = " + std::to_string(rope_dims) +
+                           " (partial rotary) is not supported; the head dim is " +
+                           std::to_string(c.head_dim));
+  }
+  TS_RETURN_IF_ERROR(ReadFloat(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &c.rms_norm_eps));
+  TS_RETURN_IF_ERROR(ReadFloat(g, "llama.rope.freq_base", 10000.0, &c.rope_theta));
+  if (g.Has("llama.rope.scaling.type")) {
+    StatusOr<std::string> type = g.GetString("llama.rope.scaling.type");
+    if (!type.ok()) return type.status();
+    if (*type == "linear") {
+      c.rope_scaling.type = RopeScaling::Type::kLinear;
+      TS_RETURN_IF_ERROR(ReadFloat(g, "llama.rope.scaling.factor", 1.0, &c.rope_scaling.factor));
+    } else if (*type != "none") {
+      return InvalidArgument(path + ": llama.rope.scaling.type = \"" + *type +
+                             "\" is not supported (none and linear are)");
+    }
+  }
+  c.rope_style = RopeStyle::kInterleaved;
+
+  const GgufTensorInfo* embd = g.FindTensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() != 2) {
+    return InvalidArgument(path + ": token_embd.weight is missing or not a matrix");
+  }
+  if (embd->dims[1] == 0 || embd->dims[1] > (1u << 24)) {
+    return InvalidArgument(path + ": token_embd.weight has an implausible vocabulary size");
+  }
+  c.vocab_size = static_cast<int32_t>(embd->dims[1]);
+  c.shared_classifier = g.FindTensor("output.weight") == nullptr;
+  c.attention_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
+
+  StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadGgufTokenizer(g);
+  if (!tokenizer.ok()) return tokenizer.status();
+  if ((*tokenizer)->vocab_size() != c.vocab_size) {
+    return InvalidArgument(path + ": the tokenizer has " +
+                           std::to_string((*tokenizer)->vocab_size()) +
+                           " tokens, token_embd.weight " + std::to_string(c.vocab_size));
+  }
+  c.bos_token_id = (*tokenizer)->bos_id();
+  c.stop_token_ids.clear();
+  if ((*tokenizer)->eos_id() >= 0) c.stop_token_ids.push_back((*tokenizer)->eos_id());
+  if (g.Has("tokenizer.ggml.eot_token_id")) {
+    StatusOr<uint64_t> eot = g.GetUint("tokenizer.ggml.eot_token_id");
+    if (eot.ok() && *eot < static_cast<uint64_t>(c.vocab_size) &&
+        static_cast<int32_t>(*eot) != (*tokenizer)->eos_id()) {
+      c.stop_token_ids.push_back(static_cast<int32_t>(*eot));
+    }
+  }
+
+  const uint64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hid = c.hidden_dim;
+  const uint64_t vocab = c.vocab_size;
+  w->token_embedding.resize(vocab * dim);
+  w->final_norm.resize(dim);
+  w->layers.resize(c.num_layers);
+  std::vector<Expected> expected = {{"token_embd.weight", {dim, vocab}, w->token_embedding.data()},
+                                    {"output_norm.weight", {dim}, w->final_norm.data()}};
+  if (!c.shared_classifier) {
+    w->classifier.resize(vocab * dim);
+    expected.push_back({"output.weight", {dim, vocab}, w->classifier.data()});
+  }
+  if (g.FindTensor("rope_freqs.weight") != nullptr) {
+    c.rope_freq_factors.resize(c.head_dim / 2);
+    expected.push_back(
+        {"rope_freqs.weight", {static_cast<uint64_t>(c.head_dim / 2)}, c.rope_freq_factors.data()});
+  }
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    LlamaLayerWeights& L = w->layers[l];
+    L.attn_norm.resize(dim);
+    L.wqkv.resize((q + 2 * kv) * dim);
+    L.wo.resize(dim * q);
+    L.ffn_norm.resize(dim);
+    L.w13.resize(2 * hid * dim);
+    L.w2.resize(dim * hid);
+    expected.push_back({Blk(l, "attn_norm.weight"), {dim}, L.attn_norm.data()});
+    expected.push_back({Blk(l, "attn_q.weight"), {dim, q}, L.wqkv.data()});
+    expected.push_back({Blk(l, "attn_k.weight"), {dim, kv}, L.wqkv.data() + q * dim});
+    expected.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim});
+    if (c.attention_bias) {
+      L.bqkv.resize(q + 2 * kv);
+      expected.push_back({Blk(l, "attn_q.bias"), {q}, L.bqkv.data()});
+      expected.push_back({Blk(l, "attn_k.bias"), {kv}, L.bqkv.data() + q});
+      expected.push_back({Blk(l, "attn_v.bias"), {kv}, L.bqkv.data() + q + kv});
+    }
+    expected.push_back({Blk(l, "attn_output.weight"), {q, dim}, L.wo.data()});
+    expected.push_back({Blk(l, "ffn_norm.weight"), {dim}, L.ffn_norm.data()});
+    expected.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, L.w13.data()});
+    expected.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, L.w13.data() + hid * dim});
+    expected.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data()});
+  }
+  std::vector<std::string> problems;
+  std::set<std::string> wanted;
+  auto dims_string = [](const std::vector<uint64_t>& d) {
+    std::vector<int64_t> s(d.begin(), d.end());
+    return ShapeString(s);
+  };
+  for (const Expected& e : expected) {
+    wanted.insert(e.name);
+    const GgufTensorInfo* t = g.FindTensor(e.name);
+    if (t == nullptr) {
+      problems.push_back("missing " + e.name);
+    } else if (t->dims != e.dims) {
+      problems.push_back(e.name + " has dims " + dims_string(t->dims) + ", the metadata implies " +
+                         dims_string(e.dims));
+    } else if (!DtypeOfGgml(t->ggml_type)) {
+      problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
+                         " (only f32, f16 and bf16 are supported)");
+    }
+  }
+  for (const GgufTensorInfo& t : g.tensors()) {
+    if (wanted.count(t.name) == 0) problems.push_back("extra " + t.name);
+  }
+  if (!problems.empty()) {
+    std::string msg = path + ": the tensors do not match the llama metadata: ";
+    const size_t shown = std::min<size_t>(problems.size(), 12);
+    for (size_t i = 0; i < shown; ++i) msg += (i > 0 ? "; " : "") + problems[i];
+    if (problems.size() > shown)
+      msg += "; and " + std::to_string(problems.size() - shown) + " more";
+    return InvalidArgument(msg);
+  }
+  for (const Expected& e : expected) {
+    const GgufTensorInfo* t = g.FindTensor(e.name);
+    ConvertToF32(*DtypeOfGgml(t->ggml_type), g.tensor_data(*t),
+                 static_cast<int64_t>(t->num_elements), e.dst);
+  }
+  GgufModel out;
+  if (g.Has("tokenizer.chat_template")) {
+    StatusOr<std::string> tmpl = g.GetString("tokenizer.chat_template");
+    if (!tmpl.ok()) return tmpl.status();
+    out.chat_template = *tmpl;
+  }
+  out.weights = std::move(w);
+  out.tokenizer = std::move(tokenizer).value();
+  return out;
+}
+
+StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vocab_size) {
+  StatusOr<SentencePieceVocab> sp = ReadLlama2cVocab(path, vocab_size);
+  if (!sp.ok()) return sp.status();
+  GgufLlamaVocab v;
+  for (const std::string& piece : sp->pieces) {
+    std::string spm;
+    for (char ch : piece) spm += ch == ' ' ? std::string("\xe2\x96\x81") : std::string(1, ch);
+    v.pieces.push_back(std::move(spm));
+  }
+  v.scores = sp->scores;
+  for (TokenKind k : sp->kinds) v.token_types.push_back(static_cast<int32_t>(k));
+  v.bos_id = sp->bos_id;
+  v.eos_id = sp->eos_id;
+  v.unk_id = sp->unk_id;
+  v.add_bos = sp->add_bos_by_default;
+  return v;
+}
+
+Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, TensorDtype dtype,
+                      const std::string& path) {
+  const ModelConfig& c = weights.config;
+  if (vocab.pieces.size() != static_cast<size_t>(c.vocab_size)) {
+    return InvalidArgument(path + ": the vocabulary has " + std::to_string(vocab.pieces.size()) +
+                           " tokens, the model " + std::to_string(c.vocab_size));
+  }
+  const uint64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hid = c.hidden_dim;
+  const uint64_t nvocab = c.vocab_size;
+  // Half-split rows (HF) go back to the interleaved order: invert the convert script's permute.
+  const bool unpermute = c.rope_style == RopeStyle::kNeox;
+  std::vector<std::vector<float>> keep;
+  keep.reserve(4 * c.num_layers);
+  auto interleaved = [&](const float* src, int32_t heads, uint64_t width) {
+    if (!unpermute) return src;
+    const std::vector<int32_t> from = InterleavedToHalfSplitRows(heads, c.head_dim);
+    std::vector<float> out(from.size() * width);
+    for (size_t r = 0; r < from.size(); ++r) {  // half-split row r came from interleaved from[r]
+      std::copy(src + r * width, src + (r + 1) * width, out.begin() + from[r] * width);
+    }
+    keep.push_back(std::move(out));
+    return static_cast<const float*>(keep.back().data());
+  };
+  struct Out {
+    std::string name;
+    std::vector<uint64_t> dims;
+    const float* data;
+  };
+  std::vector<Out> tensors = {{"token_embd.weight", {dim, nvocab}, weights.token_embedding.data()},
+                              {"output_norm.weight", {dim}, weights.final_norm.data()}};
+  if (!c.shared_classifier)
+    tensors.push_back({"output.weight", {dim, nvocab}, weights.classifier.data()});
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const LlamaLayerWeights& L = weights.layers[l];
+    tensors.push_back({Blk(l, "attn_norm.weight"), {dim}, L.attn_norm.data()});
+    tensors.push_back(
+        {Blk(l, "attn_q.weight"), {dim, q}, interleaved(L.wqkv.data(), c.num_heads, dim)});
+    tensors.push_back({Blk(l, "attn_k.weight"),
+                       {dim, kv},
+                       interleaved(L.wqkv.data() + q * dim, c.num_kv_heads, dim)});
+    tensors.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim});
+    if (!L.bqkv.empty()) {
+      tensors.push_back({Blk(l, "attn_q.bias"), {q}, interleaved(L.bqkv.data(), c.num_heads, 1)});
+      tensors.push_back(
+          {Blk(l, "attn_k.bias"), {kv}, interleaved(L.bqkv.data() + q, c.num_kv_heads, 1)});
+      tensors.push_back({Blk(l, "attn_v.bias"), {kv}, L.bqkv.data() + q + kv});
+    }
+    tensors.push_back({Blk(l, "attn_output.weight"), {q, dim}, L.wo.data()});
+    tensors.push_back({Blk(l, "ffn_norm.weight"), {dim}, L.ffn_norm.data()});
+    tensors.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, L.w13.data()});
+    tensors.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, L.w13.data() + hid * dim});
+    tensors.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data()});
+  }
+
+  Bytes b;
+  auto u32 = [&](const std::string& k, uint32_t v) {
+    b.Key(k, GgufType::kUint32);
+    b.Raw(v);
+  };
+  auto f32 = [&](const std::string& k, float v) {
+    b.Key(k, GgufType::kFloat32);
+    b.Raw(v);
+  };
+  auto str = [&](const std::string& k, const std::string& v) {
+    b.Key(k, GgufType::kString);
+    b.Str(v);
+  };
+  const bool linear = c.rope_scaling.type == RopeScaling::Type::kLinear;
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    return InvalidArgument(path + ": llama3 rope scaling cannot be written to GGUF here");
+  }
+  const uint64_t num_kv = 14 + (linear ? 2 : 0) + 8;
+  b.out = "GGUF";
+  b.Raw<uint32_t>(3);
+  b.Raw<uint64_t>(tensors.size());
+  b.Raw<uint64_t>(num_kv);
+  str("general.architecture", "llama");
+  str("general.name", c.name);
+  u32("general.alignment", kAlignment);
+  u32("general.file_type", dtype == TensorDtype::kF32 ? 0 : dtype == TensorDtype::kF16 ? 1 : 32);
+  u32("llama.context_length", c.max_seq_len);
+  u32("llama.embedding_length", c.dim);
+  u32("llama.block_count", c.num_layers);
+  u32("llama.feed_forward_length", c.hidden_dim);
+  u32("llama.attention.head_count", c.num_heads);
+  u32("llama.attention.head_count_kv", c.num_kv_heads);
+  u32("llama.attention.key_length", c.head_dim);
+  u32("llama.rope.dimension_count", c.head_dim);
+  f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  f32("llama.rope.freq_base", c.rope_theta);
+  if (linear) {
+    str("llama.rope.scaling.type", "linear");
+    f32("llama.rope.scaling.factor", c.rope_scaling.factor);
+  }
+  str("tokenizer.ggml.model", "llama");
+  b.Key("tokenizer.ggml.tokens", GgufType::kArray);
+  b.Raw(static_cast<uint32_t>(GgufType::kString));
+  b.Raw<uint64_t>(vocab.pieces.size());
+  for (const std::string& p : vocab.pieces) b.Str(p);
+  b.Key("tokenizer.ggml.scores", GgufType::kArray);
+  b.Raw(static_cast<uint32_t>(GgufType::kFloat32));
+  b.Raw<uint64_t>(vocab.scores.size());
+  for (float s : vocab.scores) b.Raw(s);
+  b.Key("tokenizer.ggml.token_type", GgufType::kArray);
+  b.Raw(static_cast<uint32_t>(GgufType::kInt32));
+  b.Raw<uint64_t>(vocab.token_types.size());
+  for (int32_t t : vocab.token_types) b.Raw(t);
+  u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
+  u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos_id));
+  u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk_id));
+  b.Key("tokenizer.ggml.add_bos_token", GgufType::kBool);
+  b.Raw<uint8_t>(vocab.add_bos ? 1 : 0);
+
+  uint64_t offset = 0;
+  std::vector<uint64_t> offsets;
+  for (const Out& t : tensors) {
+    b.Str(t.name);
+    b.Raw<uint32_t>(static_cast<uint32_t>(t.dims.size()));
+    for (uint64_t d : t.dims) b.Raw(d);
+    b.Raw(GgmlOfDtype(dtype));
+    b.Raw(offset);
+    offsets.push_back(offset);
+    uint64_t n = 1;
+    for (uint64_t d : t.dims) n *= d;
+    offset += (n * TensorDtypeBytes(dtype) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  b.out.append((kAlignment - b.out.size() % kAlignment) % kAlignment, '\0');
+  const size_t data_start = b.out.size();
+  b.out.resize(data_start + offset, '\0');
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    uint64_t n = 1;
+    for (uint64_t d : tensors[i].dims) n *= d;
+    ConvertFromF32(dtype, tensors[i].data, static_cast<int64_t>(n),
+                   reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return InvalidArgument(path + ": cannot open for writing");
+  out.write(b.out.data(), static_cast<std::streamsize>(b.out.size()));
+  out.close();
+  if (!out) return InvalidArgument(path + ": write failed");
+  return Status::Ok();
+}
+
+}  // namespace tinyserve

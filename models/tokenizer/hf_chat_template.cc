@@ -1,0 +1,59 @@
+// RecognizeHfChatTemplate: which known family a tokenizer_config.json chat_template is.
+#include <string>
+#include <string_view>
+
+#include "models/tokenizer/hf_tokenizer.h"
+
+namespace tinyserve {
+namespace {
+
+bool Has(std::string_view text, std::string_view marker) {
+  return text.find(marker) != std::string_view::npos;
+}
+
+// ChatML templates that put a default system message first when the conversation has none.
+struct DefaultSystem {
+  const char* name;
+  const char* message;
+};
+constexpr DefaultSystem kChatmlDefaults[] = {
+    {"qwen2.5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."},
+    {"smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face"},
+    {"qwen2", "You are a helpful assistant."},
+};
+
+}  // namespace
+
+StatusOr<std::string> RecognizeHfChatTemplate(std::string_view jinja, const std::string& source) {
+  auto unsupported = [&](const std::string& why) {
+    return InvalidArgument(source + ": unrecognised chat_template (" + why +
+                           "); known families: llama-2, llama-3, chatml, qwen2, qwen2.5, "
+                           "smollm2, zephyr; pass --chat-template NAME to choose one");
+  };
+  if (Has(jinja, "<|start_header_id|>") && Has(jinja, "<|end_header_id|>") &&
+      Has(jinja, "<|eot_id|>")) {
+    if (Has(jinja, "Cutting Knowledge Date") || Has(jinja, "tools_in_user_message")) {
+      return unsupported("a Llama 3.1+ template with a dated system preamble and tool calls");
+    }
+    return std::string("llama-3");
+  }
+  if (Has(jinja, "<|im_start|>") && Has(jinja, "<|im_end|>")) {
+    for (const DefaultSystem& d : kChatmlDefaults) {
+      if (Has(jinja, d.message)) return std::string(d.name);
+    }
+    if (Has(jinja, "<|im_start|>system\\n") || Has(jinja, "<|im_start|>system\n")) {
+      return unsupported("a ChatML template with an unknown default system message");
+    }
+    return std::string("chatml");
+  }
+  if (Has(jinja, "<|user|>") && Has(jinja, "<|assistant|>") && Has(jinja, "eos_token")) {
+    return std::string("zephyr");
+  }
+  if (Has(jinja, "[INST]") && Has(jinja, "[/INST]")) {
+    if (Has(jinja, "<<SYS>>")) return std::string("llama-2");
+    return unsupported("an [INST] template without <<SYS>> (Mistral style)");
+  }
+  return unsupported("no known markers");
+}
+
+}  // namespace tinyserve
