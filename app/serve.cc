@@ -20,6 +20,7 @@
 #include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "server/http_server.h"
+#include "server/protocol/chat_template.h"
 
 namespace tinyserve {
 namespace {
@@ -98,8 +99,9 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   cmd->add_option("--max-queue-len", f.max_queue_len,
                   "answer 503 when this many requests wait to be scheduled (0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--chat-template", f.chat_template, "plain, chatml, zephyr or llama-2")
-      ->check(CLI::IsMember({"plain", "chatml", "zephyr", "llama-2"}));
+  cmd->add_option("--chat-template", f.chat_template,
+                  "chat template; default: the model's own (tokenizer_config.json), else plain")
+      ->check(CLI::IsMember(protocol::KnownChatTemplates()));
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s,
                   "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
                   "aborted")
@@ -171,7 +173,8 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.clock = &clock;
   context.model_root = model->model_path;
   context.max_model_len = engine.max_model_len();
-  context.chat_template = f.chat_template;
+  context.chat_template = protocol::ChooseChatTemplate(f.chat_template, model->chat_template_name);
+  LogLine("chat template " + context.chat_template);
   context.api_key = f.api_key;
   context.max_queue_len = f.max_queue_len;
   HttpServer server(server_options, context);

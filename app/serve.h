@@ -26,10 +26,10 @@ struct ServeFlags {
   std::string trace_file;         // empty: no trace
   EngineFlags engine;             // --threads, --device, --max-num-seqs, ... (app/engine_flags.h)
   // The API.
-  std::string api_key;                  // also $TINYSERVE_API_KEY; empty: no authentication
-  int64_t max_queue_len = 0;            // 0: unlimited
-  std::string chat_template = "plain";  // protocol::RenderChatTemplate name
-  double shutdown_timeout_s = 10.0;     // grace for in-flight requests on SIGINT/SIGTERM
+  std::string api_key;               // also $TINYSERVE_API_KEY; empty: no authentication
+  int64_t max_queue_len = 0;         // 0: unlimited
+  std::string chat_template;         // protocol::RenderChatTemplate name; "": the model's
+  double shutdown_timeout_s = 10.0;  // grace for in-flight requests on SIGINT/SIGTERM
 };
 
 // Registers the `serve` subcommand and its flags on `app`; the flags land in `flags`.

@@ -25,6 +25,9 @@ struct LoadedModel {
   std::string tokenizer_path;
   std::shared_ptr<const LlamaWeights> weights;
   std::unique_ptr<Tokenizer> tokenizer;
+  // The chat template the model's files name (HfTokenizerFiles::chat_template_name); "" for
+  // none (llama2.c models): serve then uses --chat-template, or "plain".
+  std::string chat_template_name;
 };
 
 // `default_shared_dir` is where ../shared was at build time; the default model is looked up there
