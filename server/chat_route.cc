@@ -101,8 +101,8 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
 
-  StatusOr<std::string> rendered = protocol::RenderChatTemplate(
-      context_.chat_template, request.messages, request.add_generation_prompt);
+  StatusOr<protocol::RenderedChat> rendered =
+      protocol::RenderChat(context_.chat_template, request.messages, request.add_generation_prompt);
   if (!rendered.ok()) return SendError(res, ApiError::FromStatus(rendered.status(), "messages"));
   std::vector<int32_t> ids = protocol::EncodeChatPrompt(context_.chat_template, *rendered, tok);
   if (ids.empty()) {

@@ -186,8 +186,8 @@ void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response
     ApiErrorOr<protocol::ChatRequest> chat =
         protocol::ParseChatRequest(*body, context_.tokenizer->vocab_size());
     if (!chat.ok()) return SendError(res, chat.error());
-    StatusOr<std::string> rendered = protocol::RenderChatTemplate(
-        context_.chat_template, chat->messages, chat->add_generation_prompt);
+    StatusOr<protocol::RenderedChat> rendered =
+        protocol::RenderChat(context_.chat_template, chat->messages, chat->add_generation_prompt);
     if (!rendered.ok()) return SendError(res, ApiError::FromStatus(rendered.status(), "messages"));
     ids = protocol::EncodeChatPrompt(context_.chat_template, *rendered, tok);
   }

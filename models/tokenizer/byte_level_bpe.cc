@@ -172,4 +172,14 @@ bool ByteLevelBpe::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && IsSpecialKind(vocab_.kinds[id]);
 }
 
+std::vector<std::pair<std::string, int32_t>> ByteLevelBpe::special_tokens() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (vocab_.kinds[id] == TokenKind::kControl && !vocab_.tokens[id].empty()) {
+      out.emplace_back(vocab_.tokens[id], id);
+    }
+  }
+  return out;
+}
+
 }  // namespace tinyserve

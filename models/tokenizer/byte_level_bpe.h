@@ -55,6 +55,8 @@ class ByteLevelBpe final : public Tokenizer {
   int32_t eos_id() const override { return vocab_.eos_id; }
   bool add_bos_by_default() const override { return vocab_.add_bos_by_default; }
   bool is_special(int32_t id) const override;
+  // The control tokens with their text (a GGUF's <|im_start|>, <|endoftext|>, ...).
+  std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
 
  private:
   ByteLevelBpe(ByteLevelVocab vocab, std::unique_ptr<Gpt2PreTokenizer> pre_tokenizer);

@@ -146,4 +146,15 @@ bool SentencePieceBpe::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && IsSpecialKind(vocab_.kinds[id]);
 }
 
+std::vector<std::pair<std::string, int32_t>> SentencePieceBpe::special_tokens() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  if (vocab_.match_all_pieces) return out;
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (vocab_.kinds[id] == TokenKind::kControl && !vocab_.pieces[id].empty()) {
+      out.emplace_back(vocab_.pieces[id], id);
+    }
+  }
+  return out;
+}
+
 }  // namespace tinyserve

@@ -64,6 +64,9 @@ class SentencePieceBpe final : public Tokenizer {
   int32_t eos_id() const override { return vocab_.eos_id; }
   bool add_bos_by_default() const override { return vocab_.add_bos_by_default; }
   bool is_special(int32_t id) const override;
+  // The control pieces with their text ("<s>", "</s>", a GGUF's "<|im_start|>"...); none for a
+  // llama2.c vocabulary (match_all_pieces: its specials are stored as "\n<s>\n").
+  std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
 
   // The stored piece of `id` (spaces as ' '). REQUIRES: 0 <= id < vocab_size().
   const std::string& piece(int32_t id) const { return vocab_.pieces[id]; }

@@ -48,8 +48,9 @@ class Tokenizer {
 
   // The special tokens that have a text form, as (text, id) pairs, e.g. ("<|im_start|>", 151644):
   // what a chat template may write and protocol::EncodeWithSpecialTokens maps to ids. Encode()
-  // never produces them from text. Default: none (llama2.c and GGUF vocabularies; chat templates
-  // map "<s>" and "</s>" through bos_id() and eos_id()).
+  // never produces them from text. Default: none. GGUF and tokenizer.json vocabularies list their
+  // control tokens; a llama2.c one lists none (chat templates map "<s>" and "</s>" through
+  // bos_id() and eos_id()).
   virtual std::vector<std::pair<std::string, int32_t>> special_tokens() const { return {}; }
 
   // The ids of `span`, one piece of a text that was split at special tokens: Encode(span, false),

@@ -1,5 +1,10 @@
 #include "server/protocol/chat_template.h"
 
+#include <algorithm>
+#include <optional>
+
+#include "models/tokenizer/added_tokens.h"
+
 namespace tinyserve::protocol {
 namespace {
 
@@ -18,28 +23,66 @@ std::string Strip(std::string_view s) {
   return std::string(s.substr(begin, end - begin + 1));
 }
 
-std::string RenderPlain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const auto& m : messages) out += Capitalized(m.role) + ": " + m.content + "\n";
-  if (add_generation_prompt) out += "Assistant:";
-  return out;
+// Builds a RenderedChat: template text and message contents (whose ranges are recorded).
+class ChatBuilder {
+ public:
+  ChatBuilder& Text(std::string_view s) {
+    out_.text.append(s);
+    return *this;
+  }
+  ChatBuilder& Content(std::string_view s) {
+    const size_t begin = out_.text.size();
+    out_.text.append(s);
+    if (!s.empty()) out_.content_ranges.emplace_back(begin, out_.text.size());
+    return *this;
+  }
+  RenderedChat Take() { return std::move(out_); }
+
+ private:
+  RenderedChat out_;
+};
+
+RenderedChat RenderPlain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  ChatBuilder b;
+  for (const auto& m : messages) b.Text(Capitalized(m.role) + ": ").Content(m.content).Text("\n");
+  if (add_generation_prompt) b.Text("Assistant:");
+  return b.Take();
 }
 
-std::string RenderChatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+// ChatML; `default_system` (when not null) is put first unless the first message is a system one.
+RenderedChat RenderChatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          const char* default_system) {
+  ChatBuilder b;
+  if (default_system != nullptr && (messages.empty() || messages[0].role != "system")) {
+    b.Text("<|im_start|>system\n").Text(default_system).Text("<|im_end|>\n");
+  }
+  for (const auto& m : messages) {
+    b.Text("<|im_start|>" + m.role + "\n").Content(m.content).Text("<|im_end|>\n");
+  }
+  if (add_generation_prompt) b.Text("<|im_start|>assistant\n");
+  return b.Take();
 }
 
-std::string RenderZephyr(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const auto& m : messages) out += "<|" + m.role + "|>\n" + m.content + "</s>\n";
-  if (add_generation_prompt) out += "<|assistant|>\n";
-  return out;
+RenderedChat RenderZephyr(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  ChatBuilder b;
+  for (const auto& m : messages) b.Text("<|" + m.role + "|>\n").Content(m.content).Text("</s>\n");
+  if (add_generation_prompt) b.Text("<|assistant|>\n");
+  return b.Take();
 }
 
-StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& messages) {
+RenderedChat RenderLlama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  ChatBuilder b;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (i == 0) b.Text("<|begin_of_text|>");
+    b.Text("<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n")
+        .Content(Strip(messages[i].content))
+        .Text("<|eot_id|>");
+  }
+  if (add_generation_prompt) b.Text("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return b.Take();
+}
+
+StatusOr<RenderedChat> RenderLlama2(const std::vector<ChatMessage>& messages) {
   size_t first = 0;
   std::string system;
   bool has_system = false;
@@ -48,7 +91,7 @@ StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& messages) {
     has_system = true;
     first = 1;
   }
-  std::string out;
+  ChatBuilder b;
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     const bool expect_user = (i - first) % 2 == 0;
@@ -57,83 +100,127 @@ StatusOr<std::string> RenderLlama2(const std::vector<ChatMessage>& messages) {
     }
     std::string content = m.content;
     if (i == first && has_system) {
+      // The <<SYS>> markers are plain text, so the folded message is content as a whole.
       content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + m.content;
     }
     if (m.role == "user") {
-      out += "<s>[INST] " + Strip(content) + " [/INST]";
+      b.Text("<s>[INST] ").Content(Strip(content)).Text(" [/INST]");
     } else {
-      out += " " + Strip(content) + " </s>";
+      b.Text(" ").Content(Strip(content)).Text(" </s>");
     }
   }
-  return out;
+  return b.Take();
 }
+
+constexpr const char* kQwen2System = "You are a helpful assistant.";
+constexpr const char* kQwen25System =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr const char* kSmolLM2System =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
 }  // namespace
 
+const std::vector<std::string>& KnownChatTemplates() {
+  static const auto* names = new std::vector<std::string>{
+      "plain", "chatml", "qwen2", "qwen2.5", "smollm2", "zephyr", "llama-2", "llama-3"};
+  return *names;
+}
+
 bool IsKnownChatTemplate(std::string_view name) {
-  return name == "plain" || name == "chatml" || name == "zephyr" || name == "llama-2";
+  const auto& names = KnownChatTemplates();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string ChooseChatTemplate(std::string_view flag, std::string_view model_template) {
+  if (!flag.empty()) return std::string(flag);
+  if (!model_template.empty()) return std::string(model_template);
+  return "plain";
+}
+
+StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt) {
+  if (name == "plain") return RenderPlain(messages, add_generation_prompt);
+  if (name == "chatml") return RenderChatml(messages, add_generation_prompt, nullptr);
+  if (name == "qwen2") return RenderChatml(messages, add_generation_prompt, kQwen2System);
+  if (name == "qwen2.5") return RenderChatml(messages, add_generation_prompt, kQwen25System);
+  if (name == "smollm2") return RenderChatml(messages, add_generation_prompt, kSmolLM2System);
+  if (name == "zephyr") return RenderZephyr(messages, add_generation_prompt);
+  if (name == "llama-2") return RenderLlama2(messages);
+  if (name == "llama-3") return RenderLlama3(messages, add_generation_prompt);
+  std::string known;
+  for (const std::string& n : KnownChatTemplates()) known += (known.empty() ? "" : ", ") + n;
+  return NotFound("unknown chat template '" + std::string(name) + "' (known: " + known + ")");
 }
 
 StatusOr<std::string> RenderChatTemplate(std::string_view name,
                                          const std::vector<ChatMessage>& messages,
                                          bool add_generation_prompt) {
-  if (name == "plain") return RenderPlain(messages, add_generation_prompt);
-  if (name == "chatml") return RenderChatml(messages, add_generation_prompt);
-  if (name == "zephyr") return RenderZephyr(messages, add_generation_prompt);
-  if (name == "llama-2") return RenderLlama2(messages);
-  return NotFound("unknown chat template '" + std::string(name) +
-                  "' (known: plain, chatml, zephyr, llama-2)");
+  StatusOr<RenderedChat> rendered = RenderChat(name, messages, add_generation_prompt);
+  if (!rendered.ok()) return rendered.status();
+  return std::move(rendered->text);
 }
 
 std::vector<std::pair<std::string, int32_t>> ChatTemplateSpecialTokens(std::string_view name,
                                                                        const Tokenizer& tokenizer) {
-  std::vector<std::pair<std::string, int32_t>> special;
+  std::vector<std::pair<std::string, int32_t>> special = tokenizer.special_tokens();
+  auto listed = [&](std::string_view text) {
+    return std::any_of(special.begin(), special.end(),
+                       [&](const auto& s) { return s.first == text; });
+  };
   if (name == "llama-2" || name == "zephyr") {
-    if (tokenizer.bos_id() >= 0) special.emplace_back("<s>", tokenizer.bos_id());
-    if (tokenizer.eos_id() >= 0) special.emplace_back("</s>", tokenizer.eos_id());
+    if (tokenizer.bos_id() >= 0 && !listed("<s>")) special.emplace_back("<s>", tokenizer.bos_id());
+    if (tokenizer.eos_id() >= 0 && !listed("</s>")) {
+      special.emplace_back("</s>", tokenizer.eos_id());
+    }
   }
   return special;
 }
 
 std::vector<int32_t> EncodeWithSpecialTokens(
     std::string_view text, const Tokenizer& tokenizer,
-    const std::vector<std::pair<std::string, int32_t>>& special, bool add_bos) {
+    const std::vector<std::pair<std::string, int32_t>>& special, bool add_bos,
+    const std::vector<std::pair<size_t, size_t>>& plain_ranges) {
+  std::vector<AddedToken> tokens;
+  tokens.reserve(special.size());
+  for (const auto& [s, id] : special) tokens.push_back({s, id});
+  const AddedTokenMatcher matcher(std::move(tokens));
+
+  // Returns true iff [begin, end) overlaps a plain range.
+  auto in_plain = [&](size_t begin, size_t end) {
+    auto it = std::lower_bound(
+        plain_ranges.begin(), plain_ranges.end(), begin,
+        [](const std::pair<size_t, size_t>& r, size_t pos) { return r.second <= pos; });
+    return it != plain_ranges.end() && it->first < end;
+  };
   std::vector<int32_t> ids;
   if (add_bos && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-  auto encode_span = [&](std::string_view span) {
-    if (span.empty()) return;
-    std::vector<int32_t> part = tokenizer.Encode(span, /*add_bos=*/false);
+  auto encode_span = [&](size_t begin, size_t end) {
+    if (end <= begin) return;
+    std::vector<int32_t> part = tokenizer.EncodeSpan(text.substr(begin, end - begin), begin == 0);
     ids.insert(ids.end(), part.begin(), part.end());
   };
   size_t pos = 0;
+  size_t search = 0;
   while (pos < text.size()) {
-    size_t best_at = std::string_view::npos;
-    const std::pair<std::string, int32_t>* best = nullptr;
-    for (const auto& s : special) {
-      if (s.first.empty()) continue;
-      size_t at = text.find(s.first, pos);
-      if (at == std::string_view::npos) continue;
-      if (best == nullptr || at < best_at ||
-          (at == best_at && s.first.size() > best->first.size())) {
-        best_at = at;
-        best = &s;
-      }
+    std::optional<AddedTokenMatcher::Match> m = matcher.Find(text, search);
+    if (!m) break;
+    if (in_plain(m->text_begin, m->text_end)) {
+      search = m->text_begin + 1;  // content: not a special token; look further
+      continue;
     }
-    if (best == nullptr) {
-      encode_span(text.substr(pos));
-      break;
-    }
-    encode_span(text.substr(pos, best_at - pos));
-    ids.push_back(best->second);
-    pos = best_at + best->first.size();
+    encode_span(pos, m->text_begin);
+    ids.push_back(m->id);
+    pos = search = m->text_end;
   }
+  encode_span(pos, text.size());
   return ids;
 }
 
-std::vector<int32_t> EncodeChatPrompt(std::string_view name, std::string_view rendered,
+std::vector<int32_t> EncodeChatPrompt(std::string_view name, const RenderedChat& rendered,
                                       const Tokenizer& tokenizer) {
-  return EncodeWithSpecialTokens(rendered, tokenizer, ChatTemplateSpecialTokens(name, tokenizer),
-                                 /*add_bos=*/name != "llama-2");
+  return EncodeWithSpecialTokens(rendered.text, tokenizer,
+                                 ChatTemplateSpecialTokens(name, tokenizer),
+                                 /*add_bos=*/name == "plain", rendered.content_ranges);
 }
 
 }  // namespace tinyserve::protocol

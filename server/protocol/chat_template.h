@@ -1,15 +1,23 @@
 // Chat templates: a conversation rendered to the prompt text a model was trained on.
 //
-// Templates are selected by name (the model directory's config will pick one; llama2.c models use
-// "plain"). Each renders exactly as below; special tokens appear as their literal text, and
-// EncodeWithSpecialTokens() maps them to ids. {x} is a message's content, {Role} its role with a
-// capital letter; "\n" is a newline.
+// Templates are selected by name: a model directory's tokenizer_config.json chat_template is
+// recognised as one of them (RecognizeHfChatTemplate in models/tokenizer/hf_tokenizer.h), or
+// `serve --chat-template NAME` picks one; llama2.c models use "plain". Each renders exactly as
+// below, as the published Jinja templates do (HF apply_chat_template); special tokens appear as
+// their literal text, and EncodeChatPrompt() maps them to ids. {x} is a message's content, {Role}
+// its role with a capital letter; "\n" is a newline.
 //
 //   plain    per message "{Role}: {x}\n"; generation prompt "Assistant:"
 //            e.g. "System: Be brief.\nUser: Hi\nAssistant:"
 //   chatml   per message "<|im_start|>{role}\n{x}<|im_end|>\n";
-//            generation prompt "<|im_start|>assistant\n"
-//   zephyr   per message "<|{role}|>\n{x}</s>\n"; generation prompt "<|assistant|>\n"
+//            generation prompt "<|im_start|>assistant\n" (SmolLM)
+//   qwen2, qwen2.5, smollm2
+//            chatml, preceded by "<|im_start|>system\n{D}<|im_end|>\n" when the first message is
+//            not a system message, with the default system message D of Qwen2 ("You are a
+//            helpful assistant."), Qwen2.5 ("You are Qwen, created by Alibaba Cloud. You are a
+//            helpful assistant.") or SmolLM2 ("You are a helpful AI assistant named SmolLM,
+//            trained by Hugging Face")
+//   zephyr   per message "<|{role}|>\n{x}</s>\n"; generation prompt "<|assistant|>\n" (TinyLlama)
 //   llama-2  Meta's Llama-2-chat template (HF tokenizer_config.json): an optional first system
 //            message S is folded into the first user turn; then user/assistant must alternate,
 //            starting with user (else 400 "Conversation roles must alternate
@@ -17,6 +25,9 @@
 //            user turn      "<s>[INST] {strip(u)} [/INST]"  (first: u =
 //            "<<SYS>>\nS\n<</SYS>>\n\nU") assistant turn " {strip(a)} </s>" no generation prompt
 //            (the text ends with "[/INST]").
+//   llama-3  Meta-Llama-3-Instruct: "<|begin_of_text|>" before the first message; per message
+//            "<|start_header_id|>{role}<|end_header_id|>\n\n{strip(x)}<|eot_id|>"; generation
+//            prompt "<|start_header_id|>assistant<|end_header_id|>\n\n".
 // Pure functions; thread-safe.
 #pragma once
 
@@ -38,34 +49,58 @@ struct ChatMessage {
   friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
 };
 
-// Returns true iff `name` is a known template: "plain", "chatml", "zephyr", "llama-2".
+// The known template names, in the order above.
+const std::vector<std::string>& KnownChatTemplates();
+
+// Returns true iff `name` is one of KnownChatTemplates().
 bool IsKnownChatTemplate(std::string_view name);
+
+// The template a server uses: `flag` (--chat-template) when set, else the model's own
+// (`model_template`, "" when it has none), else "plain".
+std::string ChooseChatTemplate(std::string_view flag, std::string_view model_template);
+
+// A rendered conversation: the text, and where the message contents lie in it.
+struct RenderedChat {
+  std::string text;
+  // [begin, end) byte ranges of `text` that hold message contents, in order. Special-token text
+  // inside them is encoded as plain text, so a user cannot inject a special token.
+  std::vector<std::pair<size_t, size_t>> content_ranges;
+};
 
 // Renders `messages` with template `name`; the generation prompt is appended iff
 // `add_generation_prompt`. Errors: NotFound for an unknown template name (a server configuration
 // error), InvalidArgument when the messages break the template's rules (a 400).
+StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt);
+
+// RenderChat's text alone.
 StatusOr<std::string> RenderChatTemplate(std::string_view name,
                                          const std::vector<ChatMessage>& messages,
                                          bool add_generation_prompt);
 
-// The special-token strings of template `name` with the ids `tokenizer` gives them: "<s>" ->
-// bos_id(), "</s>" -> eos_id() for llama-2 and zephyr; none for plain. chatml's and zephyr's own
-// markers (<|im_start|>, <|user|>, ...) need the vocabulary's added tokens, which the Tokenizer
-// interface does not expose yet: they are encoded as text.
+// The special-token strings a prompt of template `name` may hold, with their ids: the
+// tokenizer's own special tokens (Tokenizer::special_tokens(): <|im_start|>, <|eot_id|>, ... of an
+// HF tokenizer.json), and for llama-2 and zephyr "<s>" -> bos_id(), "</s>" -> eos_id() when the
+// tokenizer does not list them (llama2.c and GGUF vocabularies).
 std::vector<std::pair<std::string, int32_t>> ChatTemplateSpecialTokens(std::string_view name,
                                                                        const Tokenizer& tokenizer);
 
 // The ids of `text` where each occurrence of a `special` string (earliest, then longest first)
-// becomes its id and every other span is tokenizer.Encode(span, /*add_bos=*/false); BOS first iff
-// `add_bos` and the vocabulary has one. (Encoding each span alone gives it SentencePiece's dummy
-// prefix space, as HF's legacy Llama tokenizer does after a special token.)
+// that does not overlap a `plain_ranges` range becomes its id and every other span is
+// tokenizer.EncodeSpan(span, at_start = the span begins the text); BOS first iff `add_bos` and the
+// vocabulary has one. (Encoding each span alone gives it SentencePiece's dummy prefix space, as
+// HF's legacy Llama tokenizer does after a special token.) `plain_ranges` are sorted [begin, end)
+// byte ranges.
 std::vector<int32_t> EncodeWithSpecialTokens(
     std::string_view text, const Tokenizer& tokenizer,
-    const std::vector<std::pair<std::string, int32_t>>& special, bool add_bos);
+    const std::vector<std::pair<std::string, int32_t>>& special, bool add_bos,
+    const std::vector<std::pair<size_t, size_t>>& plain_ranges = {});
 
-// The prompt ids for a rendered template: EncodeWithSpecialTokens with the template's special
-// tokens; BOS is added unless the template writes its own ("llama-2").
-std::vector<int32_t> EncodeChatPrompt(std::string_view name, std::string_view rendered,
+// The prompt ids for a rendered conversation: EncodeWithSpecialTokens with the template's special
+// tokens, message contents encoded as plain text. BOS is added only for "plain": the other
+// templates write their own BOS where the model wants one ("<s>", "<|begin_of_text|>"), and HF's
+// apply_chat_template and vLLM encode the rendered text without adding special tokens.
+std::vector<int32_t> EncodeChatPrompt(std::string_view name, const RenderedChat& rendered,
                                       const Tokenizer& tokenizer);
 
 }  // namespace tinyserve::protocol

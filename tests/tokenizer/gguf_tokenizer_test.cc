@@ -71,6 +71,16 @@ TEST_F(GgufTokenizerTest, Gpt2MatchesAll46Lines) {
   ExpectAllLines(*gpt2_, *inputs_, "ggml-vocab-gpt-2.gguf.out");
 }
 
+TEST_F(GgufTokenizerTest, SpecialTokensAreTheControlTokens) {
+  EXPECT_EQ(spm_->special_tokens(),
+            (std::vector<std::pair<std::string, int32_t>>{{"<s>", 1}, {"</s>", 2}}));
+  EXPECT_EQ(gpt2_->special_tokens(),
+            (std::vector<std::pair<std::string, int32_t>>{{"<|endoftext|>", 50256}}));
+  auto llama2c = LoadLlama2cTokenizer(SharedPath("models/tok512.bin"), 512);
+  ASSERT_TRUE(llama2c.ok());
+  EXPECT_TRUE((*llama2c)->special_tokens().empty());
+}
+
 TEST_F(GgufTokenizerTest, Properties) {
   ASSERT_NE(spm_, nullptr);
   ASSERT_NE(gpt2_, nullptr);

@@ -425,5 +425,74 @@ TEST(HfTokenizerJsonTest, AddedTokensAndMetaspace) {
   EXPECT_EQ(tok.special_tokens()[1], (std::pair<std::string, int32_t>{"<s>", 1}));
 }
 
+// Published templates (tokenizer_config.json chat_template strings, JSON-decoded).
+constexpr const char* kLlama2Jinja =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+    "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set "
+    "system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] "
+    "== 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != "
+    "false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + "
+    "message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif "
+    "message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% "
+    "endfor %}";
+constexpr const char* kLlama3Jinja =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif "
+    "%}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+constexpr const char* kSmolLMJinja =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\\n' }}{% endif %}";
+constexpr const char* kQwen2Jinja =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif "
+    "%}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+constexpr const char* kQwen25Fragment =
+    "{%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You "
+    "are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}{{- '<|im_start|>' + message.role "
+    "+ '\\n' + message.content + '<|im_end|>' + '\\n' }}";
+constexpr const char* kTinyLlamaJinja =
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + "
+    "message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' "
+    "+ message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ "
+    "'<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and "
+    "add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+
+TEST(RecognizeHfChatTemplateTest, PublishedTemplates) {
+  for (auto [jinja, name] : {std::pair{kLlama2Jinja, "llama-2"},
+                             {kLlama3Jinja, "llama-3"},
+                             {kSmolLMJinja, "chatml"},
+                             {kQwen2Jinja, "qwen2"},
+                             {kQwen25Fragment, "qwen2.5"},
+                             {kTinyLlamaJinja, "zephyr"}}) {
+    StatusOr<std::string> got = RecognizeHfChatTemplate(jinja, "tokenizer_config.json");
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
+    EXPECT_EQ(*got, name);
+  }
+}
+
+TEST(RecognizeHfChatTemplateTest, UnsupportedTemplatesAreErrors) {
+  for (auto [jinja, why] :
+       {std::pair{"{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' "
+                  "}}{% endfor %}",
+                  "Mistral"},
+        {"{{- \"Cutting Knowledge Date: December 2023\\n\" }}<|start_header_id|><|end_header_id|>"
+         "<|eot_id|>",
+         "Llama 3.1+"},
+        {"<|im_start|>system\\nYou are a pirate.<|im_end|>", "unknown default system message"},
+        {"{% for m in messages %}{{ m['content'] }}{% endfor %}", "no known markers"}}) {
+    StatusOr<std::string> got = RecognizeHfChatTemplate(jinja, "dir/tokenizer_config.json");
+    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_THAT(got.status().message(), HasSubstr("dir/tokenizer_config.json: unrecognised"));
+    EXPECT_THAT(got.status().message(), HasSubstr(why));
+  }
+}
+
 }  // namespace
 }  // namespace tinyserve
