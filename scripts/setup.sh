@@ -12,6 +12,7 @@ PACKAGES=(
   libcpp-httplib-dev
   prometheus-cpp-dev
   prometheus
+  chromium  # tests/bench: renders the benchmark report headless
   libcli11-dev
   clang-format
 )
