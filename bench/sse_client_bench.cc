@@ -10,6 +10,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,9 +39,18 @@ double CpuSeconds() {
 
 // The fake server (child process): POST /v1/completions streams body.max_tokens chunks, each
 // "<steady seconds>;", `gap_ms` apart (0: back to back), then usage and [DONE].
-[[noreturn]] void ServeFake(int port, double gap_ms) {
+// Writes the port it listens on to `port_fd`.
+[[noreturn]] void ServeFake(int port_fd, double gap_ms) {
   httplib::Server server;
   server.new_task_queue = [] { return new httplib::ThreadPool(600); };
+  server.set_tcp_nodelay(true);
+  // The system httplib listens with a backlog of 5; hundreds of streams connect at once.
+  int listen_fd = -1;
+  server.set_socket_options([&listen_fd](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = sock;
+  });
   server.Post("/v1/completions", [gap_ms](const httplib::Request& req, httplib::Response& res) {
     const int n = nlohmann::json::parse(req.body).value("max_tokens", 16);
     res.set_chunked_content_provider(
@@ -70,13 +80,11 @@ double CpuSeconds() {
           return true;
         });
   });
-  server.listen("127.0.0.1", port);
+  const int port = server.bind_to_any_port("127.0.0.1");
+  if (listen_fd >= 0) listen(listen_fd, SOMAXCONN);
+  if (write(port_fd, &port, sizeof(port)) != sizeof(port)) _exit(1);
+  server.listen_after_bind();
   _exit(0);
-}
-
-int FreePort() {
-  httplib::Server probe;
-  return probe.bind_to_any_port("127.0.0.1");
 }
 
 struct Outcome {
@@ -84,6 +92,7 @@ struct Outcome {
   int64_t tokens;
   std::vector<double> delays_ms;
   int failed;
+  std::string first_error;
 };
 
 Outcome Run(int port, int streams, int tokens) {
@@ -104,7 +113,7 @@ Outcome Run(int port, int streams, int tokens) {
   out.wall_s = run->end_s - run->start_s;
   for (const b::RequestRecord& r : run->records) {
     if (!r.success) {
-      ++out.failed;
+      if (out.failed++ == 0) out.first_error = r.error;
       continue;
     }
     out.tokens += r.output_len;
@@ -129,10 +138,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   for (double gap : {0.0, gap_ms}) {
-    const int port = FreePort();
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
     const pid_t child = fork();
-    if (child == 0) ServeFake(port, gap);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (child == 0) ServeFake(fds[1], gap);
+    int port = 0;
+    if (read(fds[0], &port, sizeof(port)) != sizeof(port) || port <= 0) return 1;
+    close(fds[0]);
+    close(fds[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // listen() after bind
     const Outcome o = Run(port, streams, tokens);
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
@@ -146,6 +160,7 @@ int main(int argc, char** argv) {
         gap == 0 ? "back-to-back" : "paced", streams, tokens, o.failed,
         static_cast<long long>(o.tokens), o.wall_s, o.tokens / o.wall_s, o.cpu_s,
         o.cpu_s > 0 ? o.tokens / o.cpu_s : 0.0, p50, p99, mx);
+    if (o.failed > 0) std::printf("  first failure: %s\n", o.first_error.c_str());
   }
   return 0;
 }
