@@ -279,7 +279,11 @@ int RunBenchReport(const BenchReportFlags& f) {
   if (result.is_discarded() || !result.is_object() || !result.contains("requests")) {
     return Fail("report", f.result + ": not a `bench serve --save-result` JSON");
   }
-  if (Status s = WriteReport(result, f.trace, f.out); !s.ok()) return Fail("report", s.message());
+  try {
+    if (Status s = WriteReport(result, f.trace, f.out); !s.ok()) return Fail("report", s.message());
+  } catch (const nlohmann::json::exception& e) {
+    return Fail("report", f.result + ": unexpected content: " + e.what());
+  }
   return 0;
 }
 

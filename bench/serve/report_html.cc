@@ -301,9 +301,9 @@ th{background:#f3f3f3}.plot{fill:#fafafa;stroke:#bbb}.grid{stroke:#e4e4e4}
        Escape(result.value("base_url", "")) + Escape(result.value("endpoint", "")) + ", " +
        std::to_string(result.value("num_prompts", 0)) + " prompts (" +
        Escape(result.value("dataset", "")) + "), request rate " +
-       Escape(result["request_rate"].dump()) + ", max concurrency " +
-       Escape(result["max_concurrency"].dump()) + ", " + Escape(result.value("date", "")) +
-       ".</p>\n";
+       Escape(result.value("request_rate", Json()).dump()) + ", max concurrency " +
+       Escape(result.value("max_concurrency", Json()).dump()) + ", " +
+       Escape(result.value("date", "")) + ".</p>\n";
   h += "<table><tr><th>completed</th><th>failed</th><th>duration (s)</th><th>req/s</th>"
        "<th>output tok/s</th><th>total tok/s</th></tr><tr><td>" +
        Num(result, "completed", "%.0f") + "</td><td>" + Num(result, "failed", "%.0f") +
@@ -337,10 +337,10 @@ th{background:#f3f3f3}.plot{fill:#fafafa;stroke:#bbb}.grid{stroke:#e4e4e4}
   std::vector<std::pair<double, double>> chunk_tokens;  // (time s, tokens)
   if (result.contains("requests")) {
     for (const Json& r : result["requests"]) {
-      if (!r.value("success", false)) continue;
-      ttfts.push_back(r["ttft_s"].get<double>() * 1e3);
-      for (const Json& g : r["itls_s"]) itls.push_back(g.get<double>() * 1e3);
-      const Json& chunks = r["chunk_times_s"];
+      if (!r.is_object() || !r.value("success", false)) continue;
+      ttfts.push_back(r.value("ttft_s", 0.0) * 1e3);
+      for (const Json& g : r.value("itls_s", Json::array())) itls.push_back(g.get<double>() * 1e3);
+      const Json chunks = r.value("chunk_times_s", Json::array());
       const double per = chunks.empty() ? 0 : r.value("output_len", 0) / double(chunks.size());
       for (const Json& t : chunks) chunk_tokens.emplace_back(t.get<double>(), per);
       const double start = r.value("start_s", 0.0) * 1e6;

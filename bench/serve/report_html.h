@@ -38,7 +38,8 @@ struct ParsedTrace {
 // killed) is accepted. InvalidArgument if the text is not a trace-event JSON array.
 StatusOr<ParsedTrace> ParseTrace(const std::string& text);
 
-// REQUIRES result: a --save-result object. `trace` may be null.
+// REQUIRES result: a --save-result object. `trace` may be null. Throws nlohmann::json::exception
+// when a field has the wrong type (a hand-edited file).
 std::string RenderReportHtml(const nlohmann::json& result, const ParsedTrace* trace);
 
 }  // namespace tinyserve::bench
