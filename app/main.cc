@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "app/bench_serve.h"
 #include "app/bench_throughput.h"
 #include "app/convert.h"
 #include "app/gen_model.h"
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
   tinyserve::BenchThroughputFlags bench_throughput;
   CLI::App* bench_throughput_cmd =
       tinyserve::AddBenchThroughputCommand(*bench_cmd, bench_throughput);
+  tinyserve::BenchServeFlags bench_serve;
+  CLI::App* bench_serve_cmd = tinyserve::AddBenchServeCommand(*bench_cmd, bench_serve);
+  tinyserve::BenchReportFlags bench_report;
+  CLI::App* bench_report_cmd = tinyserve::AddBenchReportCommand(*bench_cmd, bench_report);
   CLI11_PARSE(app, argc, argv);
   if (generate_cmd->parsed()) {
     return tinyserve::RunGenerate(generate, TINYSERVE_DEFAULT_SHARED_DIR);
@@ -36,5 +41,7 @@ int main(int argc, char** argv) {
   if (convert_cmd->parsed()) return tinyserve::RunConvert(convert, TINYSERVE_DEFAULT_SHARED_DIR);
   if (serve_cmd->parsed()) return tinyserve::RunServe(serve, TINYSERVE_DEFAULT_SHARED_DIR);
   if (bench_throughput_cmd->parsed()) return tinyserve::RunBenchThroughput(bench_throughput);
+  if (bench_serve_cmd->parsed()) return tinyserve::RunBenchServe(bench_serve);
+  if (bench_report_cmd->parsed()) return tinyserve::RunBenchReport(bench_report);
   return 1;
 }

@@ -13,6 +13,7 @@ PACKAGES=(
   libcpp-httplib-dev
   prometheus-cpp-dev
   prometheus
+  chromium  # tests/bench: renders the benchmark report headless
   libcli11-dev
   clang-format
   clang clang-14 libclang-rt-14-dev llvm llvm-14  # sanitizer builds, libFuzzer, llvm-symbolizer
