@@ -99,7 +99,10 @@ EngineConfig MakeEngineConfig(const EngineFlags& f, const ModelConfig& config) {
   c.enable_prefix_caching = f.enable_prefix_caching;
   c.policy =
       f.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  if (!config.stop_token_ids.empty()) c.eos_token_id = config.stop_token_ids.front();
+  if (!config.stop_token_ids.empty()) {
+    c.eos_token_id = config.stop_token_ids.front();
+    c.extra_eos_token_ids.assign(config.stop_token_ids.begin() + 1, config.stop_token_ids.end());
+  }
   return c;
 }
 

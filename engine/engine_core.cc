@@ -30,6 +30,7 @@ SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelExecutor& 
   s.num_kv_blocks = executor.num_kv_blocks();
   s.block_size = executor.block_size();
   s.max_model_len = c.max_model_len.value_or(executor.max_model_len());
+  s.extra_eos_token_ids = c.extra_eos_token_ids;
   return s;
 }
 
@@ -142,7 +143,7 @@ bool EngineCore::DrainInbox(double now) {
   return !items.empty();
 }
 
-void EngineCore::DispatchEvents() {
+void EngineCore::DispatchEvents(bool notify) {
   // Every stream first gets all of its outputs of this step, then each consumer is woken once:
   // no consumer wakes for a half-delivered step (a token and then its finish), and the engine
   // thread is not switched out to a woken consumer while other streams still wait for their
@@ -176,9 +177,14 @@ void EngineCore::DispatchEvents() {
       observer->OnRequestEvent(req, rec.event);
     }
   }
-  // The records (and so their requests and streams) stay alive until ClearEvents().
-  for (RequestStream* stream : to_notify_) stream->Notify();
   scheduler_.ClearEvents();
+  // The streams stay alive until the next step's ReleaseFinished().
+  if (notify) NotifyStreams();
+}
+
+void EngineCore::NotifyStreams() {
+  for (RequestStream* stream : to_notify_) stream->Notify();
+  to_notify_.clear();
 }
 
 bool EngineCore::Step() {
@@ -218,7 +224,9 @@ bool EngineCore::Step() {
         }
         scheduler_.Update(sampled_, clock_->Now());
       }
-      DispatchEvents();
+      // The step's outputs wake their consumers only after the observers' OnStep below, so a
+      // client that sees its request finish finds the step counted in the metrics.
+      DispatchEvents(/*notify=*/false);
     }
   }
   has_live_requests_.store(scheduler_.has_unfinished_requests());
@@ -226,6 +234,7 @@ bool EngineCore::Step() {
     const SchedulerStats& stats = scheduler_.stats();
     for (EngineObserver* observer : observers_) observer->OnStep(stats);
   }
+  NotifyStreams();
   return did_work;
 }
 

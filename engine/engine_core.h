@@ -50,7 +50,11 @@ struct EngineConfig {
   int32_t long_prefill_token_threshold = 0;  // 0: off
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   bool enable_prefix_caching = true;
-  std::optional<int32_t> eos_token_id;   // the model's EOS, for requests that name none
+  std::optional<int32_t> eos_token_id;  // the model's EOS, for requests that name none
+  // The model's other end-of-sequence ids (generation_config.json may list several, e.g.
+  // Llama-3's <|eot_id|> besides <|end_of_text|>): they end every request as EOS does (reason
+  // stop; min_tokens and ignore_eos apply to them as to EOS).
+  std::vector<int32_t> extra_eos_token_ids;
   std::optional<int32_t> max_model_len;  // default: the executor's
   std::optional<uint64_t> seed;          // base for the seeds of unseeded requests; default: random
 };
@@ -116,7 +120,10 @@ class EngineCore {
   StatusOr<ExecutorOutput> ExecuteBatch(const ScheduledBatch& batch);
   // The fatal path: marks the engine dead and finishes every live request with `status`.
   void Die(const Status& status, double now);
-  void DispatchEvents();
+  // Hands the scheduler's events to streams and observers; wakes the streams now, or, with
+  // notify false, at the next NotifyStreams() (before anything else dispatches).
+  void DispatchEvents(bool notify = true);
+  void NotifyStreams();
   void Loop();
 
   const int32_t vocab_size_;

@@ -253,7 +253,10 @@ bool Scheduler::CheckStop(Request& req) {
   }
   if (req.num_output_tokens() < sp.min_tokens) return false;
   const int32_t last = req.token_ids.back();
-  if (!sp.ignore_eos && req.eos_token_id && last == *req.eos_token_id) {
+  if (!sp.ignore_eos &&
+      ((req.eos_token_id && last == *req.eos_token_id) ||
+       std::find(config_.extra_eos_token_ids.begin(), config_.extra_eos_token_ids.end(), last) !=
+           config_.extra_eos_token_ids.end())) {
     req.finish_reason = FinishReason::kStop;
     return true;
   }

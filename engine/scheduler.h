@@ -47,6 +47,8 @@ struct SchedulerConfig {
   // Tokens (prompt + outputs) a request may reach. The scheduler uses
   // min(max_model_len, num_kv_blocks * block_size), so that one request alone always fits.
   int32_t max_model_len = 0;
+  // End-of-sequence ids besides each request's eos_token_id (EngineConfig::extra_eos_token_ids).
+  std::vector<int32_t> extra_eos_token_ids;
 };
 
 // One step's plan; valid until the next Schedule().

@@ -24,9 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(!request->messages.empty());
-  for (const char* name : {"plain", "chatml", "zephyr", "llama-2"}) {
-    StatusOr<std::string> rendered =
-        protocol::RenderChatTemplate(name, request->messages, request->add_generation_prompt);
+  for (const std::string& name : protocol::KnownChatTemplates()) {
+    StatusOr<protocol::RenderedChat> rendered =
+        protocol::RenderChat(name, request->messages, request->add_generation_prompt);
     if (!rendered.ok()) {
       FUZZ_CHECK(rendered.status().code() == StatusCode::kInvalidArgument);
       continue;

@@ -152,9 +152,6 @@ class Backend {
   // out[i, :] = x[rows[i], :].  x [*, dim], rows [m], out [m, dim].
   virtual void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                           float* out) = 0;
-
-  // y[i, j] += bias[j].  y [m, n] contiguous; bias [n].
-  virtual void AddBias(float* y, const float* bias, int32_t m, int32_t n) = 0;
 };
 
 // Owns one device allocation of a Backend. Movable, not copyable.

@@ -31,6 +31,7 @@ void MetricsObserver::OnRequestEvent(const Request& request, const RequestEvent&
       if (out.is_first) metrics_->time_to_first_token.Observe(out.ttft);
       break;
     case EventType::kFinished:
+      finished_in_step_ = true;
       OnFinished(request, timeline);
       live_.Erase(&request);
       break;
@@ -130,10 +131,11 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
         pending_.itl_count > 0 || pending_.iteration_steps > 0 || pending_.generation_tokens > 0;
     pending_.since_ts = s.ts;
   }
-  if (pending_.any && (s.ts - pending_.since_ts >= kPublishInterval ||
+  if (pending_.any && (finished_in_step_ || s.ts - pending_.since_ts >= kPublishInterval ||
                        (s.num_running == 0 && s.num_waiting == 0))) {
     PublishStepSamples();
   }
+  finished_in_step_ = false;
 }
 
 }  // namespace tinyserve

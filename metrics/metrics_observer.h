@@ -9,9 +9,11 @@
 //
 // Cheap by construction: nothing per token after a request's first. What every busy step produces
 // (ITL samples, the iteration-tokens sample, generation tokens) is gathered in plain arrays and
-// published to the registry every kPublishInterval seconds of engine time and in every step that
-// leaves the engine idle (no running or waiting request), so /metrics may lag the engine by at
-// most 10 ms for those three series while it is busy, and never once it is idle. Gauges are
+// published to the registry every kPublishInterval seconds of engine time, in every step in which
+// a request finished, and in every step that leaves the engine idle (no running or waiting
+// request). So /metrics may lag a busy engine by at most 10 ms for those three series, but never
+// a finished request: EngineCore wakes a step's streams only after OnStep, so a client that has
+// seen its request finish finds everything up to that step published. Gauges are
 // published every step (when changed); rarer counters (preemptions, prompt tokens, prefix cache,
 // recomputed tokens) and per-request histograms at once.
 //
@@ -62,6 +64,7 @@ class MetricsObserver final : public EngineObserver {
     double since_ts = 0.0;  // engine time of the step that gathered the oldest sample
   };
   PendingStepSamples pending_;
+  bool finished_in_step_ = false;  // a FINISHED event arrived since the last OnStep
   std::array<double, 7> last_gauges_ = MakeNanArray();  // last value set of each step gauge
 
   static std::array<double, 7> MakeNanArray() {

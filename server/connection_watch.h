@@ -2,12 +2,14 @@
 // the engine (cpp-httplib 0.11.4 has no Request::is_connection_closed, and DataSink::is_writable
 // only checks that the send buffer has room, which stays true after the peer closed).
 //
-// ForRequest() finds the connection's socket among the process' descriptors (/proc/self/fd) by
-// its two endpoints (local and remote address and port, as httplib reports them in the Request),
-// once per request. IsPeerClosed() then polls it without reading: the peer's FIN (POLLRDHUP), a
-// reset or an error mean the client is gone. Linux-only; where the socket cannot be found (another
-// OS, no /proc), found() is false and IsPeerClosed() always says false: callers then only learn of
-// a disconnect from a failed write.
+// ForRequest() finds the connection's socket among the process' descriptors by its two endpoints
+// (local and remote address and port, as httplib reports them in the Request), once per request,
+// through a process-wide index of the sockets that is rebuilt from /proc/self/fd only when a
+// lookup misses (so a burst of N connections costs a few scans, not N scans of N descriptors).
+// IsPeerClosed() then polls it without reading: the peer's FIN (POLLRDHUP), a reset or an error
+// mean the client is gone. Linux-only; where the socket cannot be found (another OS, no /proc),
+// found() is false and IsPeerClosed() always says false: callers then only learn of a disconnect
+// from a failed write.
 //
 // The descriptor stays valid while the request's handler or content provider runs (httplib closes
 // the socket only after both). Thread-compatible; one per request.

@@ -278,13 +278,6 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void AddBias(float* y, const float* bias, int32_t m, int32_t n) override {
-    for (int32_t i = 0; i < m; ++i) {
-      float* row = y + static_cast<size_t>(i) * n;
-      for (int32_t j = 0; j < n; ++j) row[j] += bias[j];
-    }
-  }
-
  private:
   // Runs fn(i) for i in [0, n) on the pool when `parallel`, else inline: each parallel region
   // costs a hand-over, so small ops stay on the calling thread.

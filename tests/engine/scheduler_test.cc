@@ -305,6 +305,31 @@ TEST(SchedulerTest, StopChecksFollowVllmOrder) {
   EXPECT_EQ(s.finished()[2]->stop_token_id, std::nullopt);
 }
 
+// A model with several end-of-sequence ids (Llama-3: <|end_of_text|>, <|eom_id|>, <|eot_id|>):
+// each ends a request as EOS does, unless ignore_eos.
+TEST(SchedulerTest, ExtraEosIdsStopLikeEos) {
+  SchedulerConfig config = Config(64, 4, 100);
+  config.extra_eos_token_ids = {7, 8};
+  Scheduler s(config);
+  for (const char* id : {"a", "b", "c"}) {
+    auto r = MakeRequest(id, 2, 10);
+    r->sampling.ignore_eos = std::string(id) == "c";
+    r->eos_token_id = 2;
+    s.AddRequest(std::move(r), 0);
+  }
+  s.Schedule(0);
+  s.Update({8, 5, 7}, 0);  // a: an extra EOS id; b: an ordinary token; c: ignores EOS
+  ASSERT_EQ(s.finished().size(), 1u);
+  EXPECT_EQ(s.finished()[0]->request_id, "a");
+  EXPECT_EQ(s.finished()[0]->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(s.finished()[0]->stop_token_id, std::nullopt);  // not one of the request's stop ids
+  s.Schedule(1);
+  s.Update({7, 8}, 1);  // b: stops on the other extra id; c: still ignores it
+  ASSERT_EQ(s.finished().size(), 2u);
+  EXPECT_EQ(s.finished()[1]->request_id, "b");
+  EXPECT_EQ(s.finished()[1]->finish_reason, FinishReason::kStop);
+}
+
 TEST(SchedulerTest, FinishRequestFreesBlocksWhereverItIs) {
   Scheduler s(Config(5, 2, 100, 2));
   s.AddRequest(MakeRequest("a", 3, 20), 0);

@@ -286,6 +286,30 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   EXPECT_EQ(metrics_.num_requests_running.Value(), 0.0);
 }
 
+// A step in which a request finished publishes the gathered every-step samples at once, though
+// the engine stays busy and 10 ms have not passed: a client that saw its request finish finds its
+// tokens in /metrics.
+TEST_F(MetricsObserverTest, AStepThatFinishesARequestPublishesEverything) {
+  Request* a = engine_.NewRequest("a", 0.0);
+  Request* b = engine_.NewRequest("b", 0.0);
+  for (Request* r : {a, b}) {
+    engine_.Queued(r, 0.0);
+    engine_.Scheduled(r, 0.0);
+    engine_.Token(r, 0.001);
+  }
+  engine_.Step(0.001, /*running=*/2);
+  engine_.Token(a, 0.002);
+  engine_.Token(b, 0.002);
+  engine_.Step(0.002, /*running=*/2);
+  EXPECT_EQ(Read(metrics_.inter_token_latency).count, 0u);  // busy, 1 ms: still gathered
+  engine_.Token(a, 0.003);
+  engine_.Token(b, 0.003);
+  engine_.Finished(a, 0.003, FinishReason::kLength);
+  engine_.Step(0.003, /*running=*/1);
+  EXPECT_EQ(Read(metrics_.inter_token_latency).count, 4u);
+  EXPECT_EQ(metrics_.generation_tokens.Value(), 6.0);
+}
+
 TEST_F(MetricsObserverTest, ManyConcurrentRequestsLeaveNoState) {
   std::vector<Request*> rs;
   for (int i = 0; i < 3000; ++i) {

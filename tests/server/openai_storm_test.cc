@@ -214,9 +214,10 @@ TEST(OpenAiStormTest, DisconnectStormAbortsTheLeaversFastAndLeavesTheOthersExact
   EXPECT_EQ(server.recorder().live_requests(), 0);
 }
 
-// DISABLED: on the shared 2-core VM most of the 2,000 clients got no answer within their 30 s read
-// timeout (transport error, status 0); not yet investigated (issue 9, item 4).
-TEST(OpenAiStormTest, DISABLED_BurstOf2000RequestsWithoutAQueueLimitAllComplete) {
+// A burst of 2,000 connections at once, no queue limit: every request is queued and completes.
+// (ConnectionWatch once scanned every descriptor of the process per request, O(N^2) here with
+// 2,000 server and 2,000 client sockets in one process: most clients timed out.)
+TEST(OpenAiStormTest, BurstOf2000RequestsWithoutAQueueLimitAllComplete) {
   constexpr int kNumRequests = 2000;
   TestServerOptions options;
   options.num_threads = kNumRequests + 16;  // every request reaches the engine at once
