@@ -90,8 +90,8 @@ WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host) {
 }
 
 Status ModelRunner::Init() {
-  const LlamaWeights& w = *weights_;
-  const ModelConfig& c = w.config;
+  const LlamaWeights& w = *weights_;  // released half-way, once the backend holds its copy
+  const ModelConfig& c = config_;     // so: the runner's own copy of the config, never w.config
   embedding_ = UploadMatrix(w.token_embedding);
   final_norm_ = Upload(w.final_norm);
   lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier);
