@@ -7,7 +7,8 @@
 #         regression replays) except openai_npm_client (node; it checks the HTTP API, not memory)
 #         soak_60s (its RSS-trend rule measures the release binary; ASan's quarantine grows) and
 #         the OpenAiStormTest load tests (their 1 s / 30 s bounds assume release speed; under ASan
-#         the 300- and 2,000-client storms run 3-6x slower on 2 cores).
+#         the 300- and 2,000-client storms run 3-6x slower on 2 cores). Suites it does not build
+#         (test_bench: the load generator's tool tests, Chromium) register *_NOT_BUILT: skipped.
 #   tsan  build-tsan/: ThreadSanitizer over the suites whose code runs on several threads without
 #         an HTTP stack: engine (EngineCore's thread, request streams), kernels (the CPU thread
 #         pool) and metrics (stats logger, trace writer fed from the engine thread).
@@ -43,7 +44,7 @@ for run in "${runs[@]}"; do
         test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay
       ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
       UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 OPENBLAS_NUM_THREADS=1 \
-        ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|soak_60s|OpenAiStormTest\..*)$'
+        ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|soak_60s|OpenAiStormTest\..*|.*_NOT_BUILT)$'
       ;;
     tsan)
       configure build-tsan "-fsanitize=thread"
