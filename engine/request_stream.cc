@@ -79,7 +79,7 @@ void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* 
     pending_.token_ts.push_back(ts);
     if (logprobs != nullptr) pending_.logprobs.push_back(*logprobs);
   }
-  if (notify) cv_.notify_all();
+  if (notify) Notify();
 }
 
 void RequestStream::PushEvent(const RequestEvent& event, bool notify) {
@@ -87,7 +87,7 @@ void RequestStream::PushEvent(const RequestEvent& event, bool notify) {
     MutexLock lock(mu_);
     pending_.events.push_back(event);
   }
-  if (notify) cv_.notify_all();
+  if (notify) Notify();
 }
 
 void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
@@ -100,7 +100,24 @@ void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> 
     pending_.stop_token_id = stop_token_id;
     pending_.error_message = error_message;
   }
-  if (notify) cv_.notify_all();
+  if (notify) Notify();
+}
+
+void RequestStream::Notify() {
+  cv_.notify_all();
+  if (!has_waker_.load(std::memory_order_acquire)) return;
+  std::shared_ptr<StreamWaker> waker;
+  {
+    MutexLock lock(mu_);
+    waker = waker_;
+  }
+  if (waker != nullptr) waker->Wake();
+}
+
+void RequestStream::SetWaker(std::shared_ptr<StreamWaker> waker) {
+  MutexLock lock(mu_);
+  has_waker_.store(waker != nullptr, std::memory_order_release);
+  waker_ = std::move(waker);
 }
 
 }  // namespace tinyserve

@@ -7,11 +7,16 @@
 // finish. Within a delta, tokens and events are each in order; merge them by timestamp if needed.
 // Nothing handed out is ever changed or re-sent.
 //
+// A consumer that waits for many streams at once (the server's SSE writer) gives each of them a
+// StreamWaker instead of blocking in Next().
+//
 // Thread-safe: one producer (the engine thread) and any number of consumer calls.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,6 +42,15 @@ struct RequestOutput {
   void Clear();
   // Appends `delta` (a later output of the same request) to this one.
   void Append(const RequestOutput& delta);
+};
+
+// Told whenever a stream it is attached to wakes its consumer (on the producer's thread, after
+// the stream's new outputs are in: once per stream per engine step). Wake() must be quick and must
+// not call back into the stream.
+class StreamWaker {
+ public:
+  virtual ~StreamWaker() = default;
+  virtual void Wake() = 0;
 };
 
 class RequestStream {
@@ -65,8 +79,13 @@ class RequestStream {
   void PushEvent(const RequestEvent& event, bool notify = true);
   void Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
               const std::string& error_message, bool notify = true);
-  // Wakes the consumer if it waits in Next() (cheap when nobody waits: no system call).
-  void Notify() { cv_.notify_all(); }
+  // Wakes the consumer if it waits in Next() (cheap when nobody waits: no system call), and the
+  // waker if one is set.
+  void Notify();
+
+  // From now on Notify() (and every notifying push) also calls waker->Wake(); null detaches.
+  // Thread-safe.
+  void SetWaker(std::shared_ptr<StreamWaker> waker);
 
  private:
   bool TakeLocked(RequestOutput* out) TS_REQUIRES(mu_);
@@ -76,6 +95,8 @@ class RequestStream {
   std::condition_variable cv_;
   RequestOutput pending_ TS_GUARDED_BY(mu_);
   bool finish_handed_out_ TS_GUARDED_BY(mu_) = false;
+  std::shared_ptr<StreamWaker> waker_ TS_GUARDED_BY(mu_);
+  std::atomic<bool> has_waker_{false};  // waker_ != null, read without the lock
 };
 
 }  // namespace tinyserve

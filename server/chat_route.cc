@@ -134,7 +134,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   if (fields.stream) {
     SseStream::Attach(std::make_shared<ChatSseStream>(std::move(job), watch, std::move(meta),
                                                       num_prompt_tokens, &tok, request),
-                      res);
+                      res, NextSseWriter());
     return;
   }
 

@@ -155,7 +155,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   if (fields.stream) {
     SseStream::Attach(std::make_shared<CompletionSseStream>(std::move(job), watch, std::move(meta),
                                                             std::move(prompts), &tok, fields),
-                      res);
+                      res, NextSseWriter());
     return;
   }
 

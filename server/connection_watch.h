@@ -28,6 +28,8 @@ class ConnectionWatch {
 
   // Returns true iff the request's socket was found.
   bool found() const { return fd_ >= 0; }
+  // The socket's descriptor, or -1 when !found().
+  int fd() const { return fd_; }
   // Returns true iff the peer has closed or reset the connection. False when !found().
   bool IsPeerClosed() const;
 

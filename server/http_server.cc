@@ -34,6 +34,7 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.max_queue_len = context_.max_queue_len;
     openai.version = TINYSERVE_VERSION;
     openai.is_healthy = context_.is_healthy;
+    openai.sse_writer_threads = options_.sse_writer_threads;
     openai_ = std::make_unique<OpenAiRoutes>(std::move(openai));
   }
   const int num_threads = options_.num_threads;
@@ -136,6 +137,9 @@ Status HttpServer::Serve() {
 }
 
 void HttpServer::Stop() {
+  // The streams' workers sleep until the writer ends them (httplib only ends a stream between
+  // provider calls).
+  if (openai_ != nullptr) openai_->Stop();
   {
     MutexLock lock(mu_);
     stop_requested_ = true;

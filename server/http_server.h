@@ -52,6 +52,7 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t{4} << 20;  // larger request bodies get 413
   int num_threads = 512;                    // worker pool (one per concurrent connection/stream)
   size_t keep_alive_max_count = 1000;       // requests per keep-alive connection
+  int sse_writer_threads = 1;  // threads writing the SSE streams (0: each stream's HTTP worker)
 };
 
 // What the handlers use. Every pointer may be null (a route that needs it then answers 503).
@@ -85,7 +86,8 @@ class HttpServer {
   // Serves requests until Stop(). REQUIRES: Bind() succeeded. Returns an error iff the listen loop
   // failed.
   Status Serve();
-  // Stops accepting and makes Serve() return. Thread-safe, idempotent.
+  // Stops accepting, ends the streams in flight (their engine requests are aborted) and makes
+  // Serve() return. Thread-safe, idempotent.
   void Stop();
   // New generation requests get 503 from now on; those in flight go on. Thread-safe.
   void Drain();

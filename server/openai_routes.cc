@@ -48,7 +48,22 @@ httplib::Server::Handler MethodNotAllowed() {
 OpenAiRoutes::OpenAiRoutes(OpenAiContext context)
     : context_(std::move(context)),
       created_(static_cast<int64_t>(std::time(nullptr))),
-      gate_(context_.max_queue_len) {}
+      gate_(context_.max_queue_len) {
+  for (int i = 0; i < context_.sse_writer_threads; ++i) {
+    std::unique_ptr<SseWriter> writer = SseWriter::Create();
+    if (writer == nullptr) break;
+    sse_writers_.push_back(std::move(writer));
+  }
+}
+
+void OpenAiRoutes::Stop() {
+  for (auto& writer : sse_writers_) writer->Shutdown();
+}
+
+SseWriter* OpenAiRoutes::NextSseWriter() {
+  if (sse_writers_.empty()) return nullptr;
+  return sse_writers_[next_sse_writer_.fetch_add(1) % sse_writers_.size()].get();
+}
 
 void OpenAiRoutes::SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;

@@ -14,23 +14,29 @@
 // /detokenize stay open, as in vLLM. With max_queue_len > 0, a request that would make more
 // than that many engine requests wait gets 503 at once; a stopped or dead engine gives 503.
 //
-// Streams are SSE (server/sse_stream.h); a client that goes away, streaming or not, has its engine
-// requests aborted within ~20 ms (server/connection_watch.h).
+// Streams are SSE (server/sse_stream.h), written by one SseWriter thread (server/sse_writer.h;
+// or by their HTTP workers where it is off or unavailable). A client that goes away has its
+// engine requests aborted at once when streaming through the writer, else within ~20 ms
+// (server/connection_watch.h).
 //
 // Ownership: the context's pointers are borrowed and must outlive the routes and the server they
 // are registered on. Handlers run on the server's worker threads; the object is thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/clock.h"
 #include "engine/engine_core.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
 #include "server/protocol/api_error.h"
+#include "server/sse_writer.h"
 
 namespace httplib {
 class Server;
@@ -52,6 +58,7 @@ struct OpenAiContext {
   int64_t max_queue_len = 0;            // 0: unlimited
   std::string version = "0.1.0";
   std::function<bool()> is_healthy;  // null: healthy while the engine exists
+  int sse_writer_threads = 1;        // 0: streams are written by their HTTP workers
 };
 
 class OpenAiRoutes {
@@ -68,6 +75,8 @@ class OpenAiRoutes {
   int64_t num_in_flight() const { return gate_.num_jobs(); }
   // From now on new generation requests get 503 (shutdown); the ones in flight go on.
   void Drain() { gate_.Drain(); }
+  // Ends every stream now (their engine requests are aborted); called when the server stops.
+  void Stop();
 
   // Sets `res` to the error's JSON and status.
   static void SendError(httplib::Response& res, const protocol::ApiError& error);
@@ -90,6 +99,11 @@ class OpenAiRoutes {
   const OpenAiContext context_;
   const int64_t created_;  // Unix seconds at start (the model's "created")
   AdmissionGate gate_;
+  // The writer for the next stream (round robin), or null (written by its HTTP worker).
+  SseWriter* NextSseWriter();
+
+  std::vector<std::unique_ptr<SseWriter>> sse_writers_;  // empty: HTTP workers write the streams
+  std::atomic<size_t> next_sse_writer_{0};
 };
 
 }  // namespace tinyserve

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "server/protocol/responses.h"
+#include "server/sse_writer.h"
 
 namespace tinyserve {
 namespace {
@@ -20,25 +21,62 @@ double SteadySeconds() {
 
 }  // namespace
 
-void SseStream::Attach(std::shared_ptr<SseStream> stream, httplib::Response& res) {
+void SseStream::Attach(std::shared_ptr<SseStream> stream, httplib::Response& res,
+                       SseWriter* writer) {
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
+  if (writer == nullptr || stream->socket_fd() < 0) {
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->Pump(sink); },
+        [stream](bool success) {
+          if (!success) stream->Abort();
+        });
+    return;
+  }
+  // httplib has written the response head when it first calls the provider; from then until the
+  // provider returns, nothing else touches the socket, so the writer thread may write the chunks.
   res.set_chunked_content_provider(
       "text/event-stream",
-      [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->Pump(sink); },
+      [stream, writer](size_t /*offset*/, httplib::DataSink& sink) {
+        if (!writer->Run(stream.get())) return false;
+        sink.done();
+        return true;
+      },
       [stream](bool success) {
-        if (!success) stream->job_->Abort();
+        if (!success) stream->Abort();
       });
 }
 
-bool SseStream::Pump(httplib::DataSink& sink) {
-  std::string out;
+void SseStream::SetWaker(const std::shared_ptr<StreamWaker>& waker) {
+  for (const auto& c : job_->choices()) c->stream->SetWaker(waker);
+}
+
+bool SseStream::Produce(double wait_s, std::string* out) {
+  const size_t before = out->size();
   if (!started_) {
     started_ = true;
     last_write_s_ = SteadySeconds();
-    OnStart(&out);
+    OnStart(out);
   }
+  const double start = SteadySeconds();
+  const double wait = std::min(wait_s, kPingSeconds - (start - last_write_s_));
+  updates_.clear();
+  job_->Poll(out->size() == before && wait > 0 ? wait : 0.0, &updates_);
+  for (const ChoiceUpdate& u : updates_) OnUpdate(u, out);
+  const bool done = job_->finished();
+  if (done) {
+    OnFinish(out);
+    *out += protocol::SseDone();
+  }
+  const double now = SteadySeconds();
+  if (out->size() == before && now - last_write_s_ >= kPingSeconds) *out += protocol::kSsePing;
+  if (out->size() != before) last_write_s_ = now;
+  return done;
+}
+
+bool SseStream::Pump(httplib::DataSink& sink) {
   // The watch costs a system call: while tokens flow (one provider call per engine step) look
   // at most every kPollSeconds; an idle stream comes back here every kPollSeconds anyway.
   const double start = SteadySeconds();
@@ -49,23 +87,11 @@ bool SseStream::Pump(httplib::DataSink& sink) {
       return false;
     }
   }
-  const double wait = std::min(kPollSeconds, kPingSeconds - (start - last_write_s_));
-  updates_.clear();
-  job_->Poll(out.empty() && wait > 0 ? wait : 0.0, &updates_);
-  for (const ChoiceUpdate& u : updates_) OnUpdate(u, &out);
-  const bool done = job_->finished();
-  if (done) {
-    OnFinish(&out);
-    out += protocol::SseDone();
-  }
-  const double now = SteadySeconds();
-  if (out.empty() && now - last_write_s_ >= kPingSeconds) out = protocol::kSsePing;
-  if (!out.empty()) {
-    if (!sink.write(out.data(), out.size())) {
-      job_->Abort();
-      return false;
-    }
-    last_write_s_ = now;
+  std::string out;
+  const bool done = Produce(kPollSeconds, &out);
+  if (!out.empty() && !sink.write(out.data(), out.size())) {
+    job_->Abort();
+    return false;
   }
   if (done) sink.done();
   return true;

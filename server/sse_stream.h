@@ -1,16 +1,23 @@
 // SseStream: writes one GenerationJob as a Server-Sent-Events response (DESIGN §6), through
 // cpp-httplib's chunked content provider.
 //
-// Each provider call: if the client is gone (ConnectionWatch, looked at most every 20 ms, or a
-// failed write) the job is aborted and the response ends; else it waits up to 20 ms for output,
-// turns every update into `data: {json}\n\n` chunks (the subclass' OnUpdate), and when every
-// choice has finished, writes OnFinish()'s chunks (the usage chunk) and `data: [DONE]\n\n`. When
-// nothing has been written for 100 ms (waiting for the first token during a long prefill, or
-// while preempted) it writes the SSE comment `: ping\n\n`, so that a vanished client is also
-// noticed by a failed write where the socket watch is unavailable. The releaser aborts the job if
-// the response did not complete.
+// Produce() makes the bytes: OnStart()'s chunks first, then `data: {json}\n\n` chunks for every
+// update (the subclass' OnUpdate), and when every choice has finished, OnFinish()'s chunks (the
+// usage chunk) and `data: [DONE]\n\n`. When nothing has been produced for 100 ms (waiting for the
+// first token during a long prefill, or while preempted) it produces the SSE comment `: ping\n\n`,
+// so that a vanished client is also noticed by a failed write.
 //
-// Runs on the HTTP worker thread that serves the connection; single-owner.
+// Two ways to write them (Attach picks):
+// - With an SseWriter and a found socket (ConnectionWatch): the connection's HTTP worker hands the
+//   stream to the writer thread, which writes every stream of the server right after each engine
+//   step and sees a client leave at once (server/sse_writer.h), and sleeps until the writer is
+//   done.
+// - Otherwise, on the HTTP worker thread, one provider call per engine step (Pump): if the client
+//   is gone (ConnectionWatch, looked at most every 20 ms, or a failed write) the job is aborted and
+//   the response ends; else it waits up to 20 ms for output and writes what Produce() made.
+// Either way the releaser aborts the job if the response did not complete.
+//
+// Single-owner: one thread at a time (the HTTP worker, or the writer thread while it has it).
 #pragma once
 
 #include <memory>
@@ -27,6 +34,8 @@ struct Response;
 
 namespace tinyserve {
 
+class SseWriter;
+
 class SseStream {
  public:
   SseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch)
@@ -35,8 +44,21 @@ class SseStream {
   SseStream(const SseStream&) = delete;
   SseStream& operator=(const SseStream&) = delete;
 
-  // Makes `res` a `text/event-stream` response written by `stream`.
-  static void Attach(std::shared_ptr<SseStream> stream, httplib::Response& res);
+  // Makes `res` a `text/event-stream` response written by `stream`: through `writer` when it is
+  // non-null and the stream's socket was found, else by the HTTP worker (see above). `writer`, if
+  // any, must outlive the response.
+  static void Attach(std::shared_ptr<SseStream> stream, httplib::Response& res, SseWriter* writer);
+
+  // Appends to *out everything there is to send now, waiting up to `wait_s` seconds for output
+  // when there is nothing else to send (see above). Returns true iff the response is complete
+  // (`data: [DONE]` produced); then it must not be called again.
+  bool Produce(double wait_s, std::string* out);
+  // Finishes every unfinished engine request of the job with reason abort (the client is gone).
+  void Abort() { job_->Abort(); }
+  // Attaches `waker` to (null: detaches it from) every engine request stream of the job.
+  void SetWaker(const std::shared_ptr<StreamWaker>& waker);
+  // The client's socket, or -1 when it was not found.
+  int socket_fd() const { return watch_.fd(); }
 
  protected:
   // Chunks to send before any output (echoed prompts, chat role chunks).
@@ -49,13 +71,14 @@ class SseStream {
   GenerationJob& job() { return *job_; }
 
  private:
-  // One provider call. Returns false to end the response with an error (client gone).
+  // One provider call on the HTTP worker. Returns false to end the response with an error
+  // (client gone).
   bool Pump(httplib::DataSink& sink);
 
   std::unique_ptr<GenerationJob> job_;
   ConnectionWatch watch_;
   bool started_ = false;
-  double last_write_s_ = 0.0;  // steady seconds of the last write
+  double last_write_s_ = 0.0;  // steady seconds of the last non-empty Produce()
   double last_watch_s_ = 0.0;  // steady seconds of the last ConnectionWatch check
   std::vector<ChoiceUpdate> updates_;
 };

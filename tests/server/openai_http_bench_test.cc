@@ -198,6 +198,9 @@ void MeasureWithOneReader(double step_delay_s) {
   TestServerOptions options;
   options.num_threads = kStreams + 8;
   options.step_delay_s = step_delay_s;
+  if (const char* writers = std::getenv("TINYSERVE_BENCH_SSE_WRITERS")) {
+    options.sse_writer_threads = std::atoi(writers);
+  }
   OpenAiTestServer server(options);
   const std::string body = json({{"prompt", "Once upon a time"},
                                  {"max_tokens", 100},

@@ -23,17 +23,15 @@ namespace {
 using nlohmann::json;
 using testing::OpenAiTestServer;
 using testing::RawClient;
-using testing::SseEvents;
+using testing::StreamText;
 using testing::TestServerOptions;
 
 constexpr int kNumStormClients = 300;
 constexpr int kStormTokens = 40;
-// Disconnect -> FINISHED(abort), on the engine clock. The target is 100 ms (issue 9), met at the
-// median by far (~2 ms) but not always at the tail on a shared 2-core machine running 300 HTTP
-// threads; the test asserts a bound that only a hang or a missed disconnect breaks, and prints how
-// many aborts took over 100 ms (see bench/RESULTS.md).
-constexpr double kMaxAbortSeconds = 1.0;
-constexpr double kTargetAbortSeconds = 0.1;
+// Disconnect -> FINISHED(abort), on the engine clock: at most 100 ms for every cut stream (issue
+// 9). The SSE writer sees a client leave at once (EPOLLRDHUP); the abort takes effect at the
+// engine's next step boundary. (ctest runs the storms alone: RUN_SERIAL.)
+constexpr double kMaxAbortSeconds = 0.1;
 
 // Client i's prompt: unique token ids, so the engine request of each client is known by its
 // prompt.
@@ -45,34 +43,6 @@ json StormBody(int i, bool stream) {
           {"temperature", 0},
           {"ignore_eos", true},
           {"stream", stream}};
-}
-
-// The text of an SSE completion body, or a "<...>" description of what is wrong with it.
-std::string StreamText(const std::string& http_response) {
-  const size_t body_at = http_response.find("\r\n\r\n");
-  if (http_response.rfind("HTTP/1.1 200", 0) != 0 || body_at == std::string::npos) {
-    return "<not a 200 response: " + http_response.substr(0, 200) + ">";
-  }
-  // Chunked transfer encoding: drop the chunk-size lines, keep the SSE text.
-  std::string sse;
-  size_t pos = body_at + 4;
-  while (pos < http_response.size()) {
-    const size_t eol = http_response.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    const size_t size = std::stoul(http_response.substr(pos, eol - pos), nullptr, 16);
-    if (size == 0) break;
-    sse += http_response.substr(eol + 2, size);
-    pos = eol + 2 + size + 2;
-  }
-  const std::vector<std::string> events = SseEvents(sse);
-  if (events.empty() || events.back() != "[DONE]") return "<no [DONE]>";
-  std::string text;
-  for (size_t e = 0; e + 1 < events.size(); ++e) {
-    const json chunk = json::parse(events[e]);
-    if (chunk.contains("error")) return "<error event " + events[e] + ">";
-    text += chunk["choices"][0]["text"].get<std::string>();
-  }
-  return text;
 }
 
 struct StormClient {
@@ -160,7 +130,6 @@ TEST(OpenAiStormTest, DisconnectStormAbortsTheLeaversFastAndLeavesTheOthersExact
   int num_never_queued = 0;
   int num_finished_before_cut = 0;
   int num_read_after_cut = 0;
-  int num_over_target = 0;
   for (int i = 0; i < kNumStormClients; ++i) {
     const StormClient& c = clients[static_cast<size_t>(i)];
     if (!c.cut) {
@@ -186,7 +155,6 @@ TEST(OpenAiStormTest, DisconnectStormAbortsTheLeaversFastAndLeavesTheOthersExact
     // (under a burst of connections a request may be read after its client has already left).
     const double latency = f->second.ts - std::max(c.cut_ts, queued.at(id->second));
     abort_latencies.push_back(latency);
-    num_over_target += latency > kTargetAbortSeconds;
     num_read_after_cut += queued.at(id->second) > c.cut_ts;
     if (latency > kMaxAbortSeconds) {
       ADD_FAILURE() << "client " << i << " (cut after "
@@ -203,12 +171,11 @@ TEST(OpenAiStormTest, DisconnectStormAbortsTheLeaversFastAndLeavesTheOthersExact
   const double max = abort_latencies.back();
   std::printf(
       "[ storm    ] %zu aborted (disconnect or later QUEUED -> FINISHED: p50 %.1f ms, max %.1f "
-      "ms, %d over 100 ms; %d read after the disconnect), %d never queued, %d finished normally, "
+      "ms; %d read after the disconnect), %d never queued, %d finished normally, "
       "%lld "
       "preemptions\n",
-      abort_latencies.size(), p50 * 1e3, max * 1e3, num_over_target, num_read_after_cut,
-      num_never_queued, num_finished_before_cut,
-      static_cast<long long>(server.recorder().num_preemptions()));
+      abort_latencies.size(), p50 * 1e3, max * 1e3, num_read_after_cut, num_never_queued,
+      num_finished_before_cut, static_cast<long long>(server.recorder().num_preemptions()));
   EXPECT_GT(server.recorder().num_preemptions(), 0);
   EXPECT_EQ(server.recorder().used_blocks(), 0);
   EXPECT_EQ(server.recorder().live_requests(), 0);

@@ -153,6 +153,7 @@ struct TestServerOptions {
   FaultInjectionConfig faults;  // none by default
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
+  int sse_writer_threads = 1;  // HttpServerOptions::sse_writer_threads
 };
 
 class OpenAiTestServer {
@@ -195,6 +196,7 @@ class OpenAiTestServer {
     server_options.port = 0;
     server_options.max_body_bytes = options.max_body_bytes;
     server_options.num_threads = options.num_threads;
+    server_options.sse_writer_threads = options.sse_writer_threads;
     server_ = std::make_unique<HttpServer>(server_options, context);
     EXPECT_TRUE(server_->Bind().ok());
     port_ = server_->port();
@@ -254,6 +256,36 @@ inline std::vector<std::string> SseEvents(const std::string& body) {
     pos = end + 2;
   }
   return events;
+}
+
+// The text of a whole HTTP response carrying a streamed completion (status line, headers, chunked
+// SSE body), or a "<...>" description of what is wrong with it.
+inline std::string StreamText(const std::string& http_response) {
+  const size_t body_at = http_response.find("\r\n\r\n");
+  if (http_response.rfind("HTTP/1.1 200", 0) != 0 || body_at == std::string::npos) {
+    return "<not a 200 response: " + http_response.substr(0, 200) + ">";
+  }
+  // Chunked transfer encoding: drop the chunk-size lines, keep the SSE text.
+  std::string sse;
+  size_t pos = body_at + 4;
+  while (pos < http_response.size()) {
+    const size_t eol = http_response.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    const size_t size = std::stoul(http_response.substr(pos, eol - pos), nullptr, 16);
+    if (size == 0) break;
+    sse += http_response.substr(eol + 2, size);
+    pos = eol + 2 + size + 2;
+  }
+  const std::vector<std::string> events = SseEvents(sse);
+  if (events.empty() || events.back() != "[DONE]") return "<no [DONE]>";
+  std::string text;
+  for (size_t e = 0; e + 1 < events.size(); ++e) {
+    const nlohmann::json chunk = nlohmann::json::parse(events[e]);
+    if (chunk.contains("error")) return "<error event " + events[e] + ">";
+    if (!chunk.contains("choices") || chunk["choices"].empty()) continue;  // the usage chunk
+    text += chunk["choices"][0]["text"].get<std::string>();
+  }
+  return text;
 }
 
 }  // namespace tinyserve::testing

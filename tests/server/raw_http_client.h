@@ -16,8 +16,12 @@ namespace tinyserve::testing {
 // One connection: Post() sends a request; ReadUntil()/ReadChunks() read the response as it comes.
 class RawClient {
  public:
-  explicit RawClient(int port) {
+  // `receive_buffer_bytes` > 0: SO_RCVBUF before connecting (a slow reader: a small TCP window).
+  explicit RawClient(int port, int receive_buffer_bytes = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer_bytes > 0) {
+      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));

@@ -1,0 +1,247 @@
+#include "server/sse_writer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "server/sse_stream.h"
+
+namespace tinyserve {
+namespace {
+
+// How often the loop runs without a wake-up while it has streams (pings are due after 100 ms of
+// silence; see SseStream::Produce).
+constexpr int kTickMs = 20;
+constexpr int kMaxEvents = 64;
+constexpr uint32_t kWatchedEvents = EPOLLRDHUP;  // EPOLLHUP and EPOLLERR are always reported
+
+void AppendChunkFrame(const std::string& data, std::string* out) {
+  char head[24];
+  const int n = std::snprintf(head, sizeof(head), "%zx\r\n", data.size());
+  out->append(head, static_cast<size_t>(n));
+  out->append(data);
+  out->append("\r\n", 2);
+}
+
+}  // namespace
+
+struct SseWriter::Entry {
+  SseStream* stream = nullptr;
+  int fd = -1;
+  uint64_t id = 0;
+  std::promise<bool> result;
+  std::string pending;  // framed bytes not yet sent, from pending[sent]
+  size_t sent = 0;
+  bool produced_all = false;  // `data: [DONE]` is in pending (or already sent)
+  bool watching_out = false;  // EPOLLOUT is in the epoll set
+  bool closed = false;        // Complete() ran; erased at the end of the loop iteration
+};
+
+// Owns the eventfd, so that a RequestStream that still holds the waker after the writer is gone
+// never writes to a closed (or reused) descriptor.
+class SseWriter::Waker final : public StreamWaker {
+ public:
+  explicit Waker(int fd) : fd_(fd) {}
+  ~Waker() override { close(fd_); }
+  Waker(const Waker&) = delete;
+  Waker& operator=(const Waker&) = delete;
+
+  // At most one eventfd write until the writer thread calls Clear().
+  void Wake() override {
+    if (signaled_.exchange(true, std::memory_order_acq_rel)) return;
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(fd_, &one, sizeof(one));
+  }
+  // Writer thread, before it looks at the streams: a Wake() from now on writes again. (The
+  // exchange makes every output pushed before an earlier Wake() visible to the writer.)
+  void Clear() { signaled_.exchange(false, std::memory_order_acq_rel); }
+  void Drain() {
+    uint64_t value = 0;
+    [[maybe_unused]] const ssize_t n = read(fd_, &value, sizeof(value));
+  }
+
+ private:
+  const int fd_;
+  std::atomic<bool> signaled_{false};
+};
+
+std::unique_ptr<SseWriter> SseWriter::Create() {
+  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) return nullptr;
+  const int event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (event_fd < 0) {
+    close(epoll_fd);
+    return nullptr;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, event_fd, &ev) != 0) {
+    close(event_fd);
+    close(epoll_fd);
+    return nullptr;
+  }
+  return std::unique_ptr<SseWriter>(new SseWriter(epoll_fd, event_fd));
+}
+
+SseWriter::SseWriter(int epoll_fd, int event_fd)
+    : epoll_fd_(epoll_fd), waker_(std::make_shared<Waker>(event_fd)) {
+  thread_ = std::thread([this] { Loop(); });
+  pthread_setname_np(thread_.native_handle(), "sse-writer");
+}
+
+SseWriter::~SseWriter() {
+  Shutdown();
+  thread_.join();
+  close(epoll_fd_);
+}
+
+void SseWriter::Shutdown() {
+  {
+    MutexLock lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  waker_->Wake();
+}
+
+bool SseWriter::Run(SseStream* stream) {
+  auto entry = std::make_unique<Entry>();
+  entry->stream = stream;
+  entry->fd = stream->socket_fd();
+  std::future<bool> result = entry->result.get_future();
+  {
+    MutexLock lock(mu_);
+    if (shut_down_) {
+      stream->Abort();
+      return false;
+    }
+    incoming_.push_back(std::move(entry));
+  }
+  waker_->Wake();
+  return result.get();
+}
+
+void SseWriter::Loop() {
+  epoll_event events[kMaxEvents];
+  bool running = true;
+  while (running) {
+    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, entries_.empty() ? -1 : kTickMs);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t id = events[i].data.u64;
+      if (id == 0) {
+        waker_->Drain();
+        continue;
+      }
+      auto it = entries_.find(id);
+      if (it == entries_.end() || it->second->closed) continue;
+      Entry& e = *it->second;
+      if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+        Complete(e, false);  // the client is gone
+      } else if ((events[i].events & EPOLLOUT) != 0) {
+        if (!Flush(e)) {
+          Complete(e, false);
+        } else if (e.produced_all && e.pending.empty()) {
+          Complete(e, true);
+        }
+      }
+    }
+    waker_->Clear();
+    std::vector<std::unique_ptr<Entry>> incoming;
+    {
+      MutexLock lock(mu_);
+      incoming.swap(incoming_);
+      running = !shut_down_;
+    }
+    for (std::unique_ptr<Entry>& e : incoming) {
+      e->id = next_id_++;
+      epoll_event ev{};
+      ev.events = kWatchedEvents;
+      ev.data.u64 = e->id;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e->fd, &ev) != 0) {
+        e->stream->Abort();
+        e->result.set_value(false);
+        continue;
+      }
+      ++num_streams_;
+      e->stream->SetWaker(waker_);
+      entries_.emplace(e->id, std::move(e));
+    }
+    for (auto& [id, e] : entries_) {
+      if (e->closed) continue;
+      if (!running) {
+        Complete(*e, false);
+      } else {
+        Service(*e);
+      }
+    }
+    std::erase_if(entries_, [](const auto& kv) { return kv.second->closed; });
+  }
+}
+
+void SseWriter::Service(Entry& e) {
+  if (e.produced_all) return;  // only its flush is left (EPOLLOUT)
+  frame_.clear();
+  try {
+    e.produced_all = e.stream->Produce(0.0, &frame_);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "tinyserve: SSE stream failed: %s\n", ex.what());
+    Complete(e, false);
+    return;
+  }
+  if (!frame_.empty()) AppendChunkFrame(frame_, &e.pending);
+  if (!e.watching_out && !Flush(e)) {
+    Complete(e, false);
+    return;
+  }
+  if (e.produced_all && e.pending.empty()) Complete(e, true);
+}
+
+bool SseWriter::Flush(Entry& e) {
+  while (e.sent < e.pending.size()) {
+    const ssize_t n = send(e.fd, e.pending.data() + e.sent, e.pending.size() - e.sent,
+                           MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      e.sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      WatchWritable(e, true);
+      return true;
+    } else {
+      return false;
+    }
+  }
+  e.pending.clear();
+  e.sent = 0;
+  WatchWritable(e, false);
+  return true;
+}
+
+void SseWriter::WatchWritable(Entry& e, bool on) {
+  if (e.watching_out == on) return;
+  e.watching_out = on;
+  epoll_event ev{};
+  ev.events = kWatchedEvents | (on ? EPOLLOUT : 0u);
+  ev.data.u64 = e.id;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev);
+}
+
+void SseWriter::Complete(Entry& e, bool ok) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.fd, nullptr);
+  e.stream->SetWaker(nullptr);
+  if (!ok) e.stream->Abort();
+  e.closed = true;
+  --num_streams_;
+  // From here on the stream may be gone (its HTTP worker goes on).
+  e.result.set_value(ok);
+}
+
+}  // namespace tinyserve
