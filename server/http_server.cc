@@ -35,6 +35,7 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.version = TINYSERVE_VERSION;
     openai.is_healthy = context_.is_healthy;
     openai.sse_writer_threads = options_.sse_writer_threads;
+    openai.sse_stall_seconds = options_.sse_stall_seconds;
     openai_ = std::make_unique<OpenAiRoutes>(std::move(openai));
   }
   const int num_threads = options_.num_threads;
@@ -48,6 +49,11 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
   server_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // Accepted sockets inherit it from the listening socket.
+    if (options_.socket_send_buffer_bytes > 0) {
+      setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &options_.socket_send_buffer_bytes,
+                 sizeof(options_.socket_send_buffer_bytes));
+    }
     listen_socket_ = static_cast<int>(sock);
   });
   server_->set_keep_alive_max_count(options_.keep_alive_max_count);

@@ -40,9 +40,19 @@ void SseStream::Attach(std::shared_ptr<SseStream> stream, httplib::Response& res
   res.set_chunked_content_provider(
       "text/event-stream",
       [stream, writer](size_t /*offset*/, httplib::DataSink& sink) {
-        if (!writer->Run(stream.get())) return false;
-        sink.done();
-        return true;
+        if (!stream->on_worker_) {
+          switch (writer->Run(stream.get())) {
+            case SseWriter::RunResult::kSent:
+              sink.done();
+              return true;
+            case SseWriter::RunResult::kFailed:
+              return false;
+            case SseWriter::RunResult::kNotTaken:
+              stream->on_worker_ = true;
+              break;
+          }
+        }
+        return stream->Pump(sink);
       },
       [stream](bool success) {
         if (!success) stream->Abort();

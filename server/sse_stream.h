@@ -78,6 +78,7 @@ class SseStream {
   std::unique_ptr<GenerationJob> job_;
   ConnectionWatch watch_;
   bool started_ = false;
+  bool on_worker_ = false;     // the writer could not take the stream: Pump() writes it
   double last_write_s_ = 0.0;  // steady seconds of the last non-empty Produce()
   double last_watch_s_ = 0.0;  // steady seconds of the last ConnectionWatch check
   std::vector<ChoiceUpdate> updates_;

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -22,6 +23,10 @@ constexpr int kTickMs = 20;
 constexpr int kMaxEvents = 64;
 constexpr uint32_t kWatchedEvents = EPOLLRDHUP;  // EPOLLHUP and EPOLLERR are always reported
 
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void AppendChunkFrame(const std::string& data, std::string* out) {
   char head[24];
   const int n = std::snprintf(head, sizeof(head), "%zx\r\n", data.size());
@@ -36,12 +41,13 @@ struct SseWriter::Entry {
   SseStream* stream = nullptr;
   int fd = -1;
   uint64_t id = 0;
-  std::promise<bool> result;
+  std::promise<RunResult> result;
   std::string pending;  // framed bytes not yet sent, from pending[sent]
   size_t sent = 0;
-  bool produced_all = false;  // `data: [DONE]` is in pending (or already sent)
-  bool watching_out = false;  // EPOLLOUT is in the epoll set
-  bool closed = false;        // Complete() ran; erased at the end of the loop iteration
+  double stalled_since = 0.0;  // steady seconds of the EAGAIN that left bytes pending
+  bool produced_all = false;   // `data: [DONE]` is in pending (or already sent)
+  bool watching_out = false;   // EPOLLOUT is in the epoll set
+  bool closed = false;         // Complete() ran; erased at the end of the loop iteration
 };
 
 // Owns the eventfd, so that a RequestStream that still holds the waker after the writer is gone
@@ -72,7 +78,7 @@ class SseWriter::Waker final : public StreamWaker {
   std::atomic<bool> signaled_{false};
 };
 
-std::unique_ptr<SseWriter> SseWriter::Create() {
+std::unique_ptr<SseWriter> SseWriter::Create(double stall_seconds) {
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) return nullptr;
   const int event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -88,11 +94,13 @@ std::unique_ptr<SseWriter> SseWriter::Create() {
     close(epoll_fd);
     return nullptr;
   }
-  return std::unique_ptr<SseWriter>(new SseWriter(epoll_fd, event_fd));
+  return std::unique_ptr<SseWriter>(new SseWriter(epoll_fd, event_fd, stall_seconds));
 }
 
-SseWriter::SseWriter(int epoll_fd, int event_fd)
-    : epoll_fd_(epoll_fd), waker_(std::make_shared<Waker>(event_fd)) {
+SseWriter::SseWriter(int epoll_fd, int event_fd, double stall_seconds)
+    : epoll_fd_(epoll_fd),
+      stall_seconds_(stall_seconds),
+      waker_(std::make_shared<Waker>(event_fd)) {
   thread_ = std::thread([this] { Loop(); });
   pthread_setname_np(thread_.native_handle(), "sse-writer");
 }
@@ -112,16 +120,16 @@ void SseWriter::Shutdown() {
   waker_->Wake();
 }
 
-bool SseWriter::Run(SseStream* stream) {
+SseWriter::RunResult SseWriter::Run(SseStream* stream) {
   auto entry = std::make_unique<Entry>();
   entry->stream = stream;
   entry->fd = stream->socket_fd();
-  std::future<bool> result = entry->result.get_future();
+  std::future<RunResult> result = entry->result.get_future();
   {
     MutexLock lock(mu_);
     if (shut_down_) {
       stream->Abort();
-      return false;
+      return RunResult::kFailed;
     }
     incoming_.push_back(std::move(entry));
   }
@@ -166,18 +174,18 @@ void SseWriter::Loop() {
       ev.events = kWatchedEvents;
       ev.data.u64 = e->id;
       if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, e->fd, &ev) != 0) {
-        e->stream->Abort();
-        e->result.set_value(false);
+        e->result.set_value(RunResult::kNotTaken);  // e.g. ENOSPC (max_user_watches)
         continue;
       }
       ++num_streams_;
       e->stream->SetWaker(waker_);
       entries_.emplace(e->id, std::move(e));
     }
+    const double now = SteadySeconds();
     for (auto& [id, e] : entries_) {
       if (e->closed) continue;
-      if (!running) {
-        Complete(*e, false);
+      if (!running || (e->watching_out && now - e->stalled_since > stall_seconds_)) {
+        Complete(*e, false);  // shutting down, or a client that has stopped taking anything
       } else {
         Service(*e);
       }
@@ -197,6 +205,10 @@ void SseWriter::Service(Entry& e) {
     return;
   }
   if (!frame_.empty()) AppendChunkFrame(frame_, &e.pending);
+  if (e.pending.size() - e.sent > kMaxPendingBytes) {
+    Complete(e, false);  // a client this far behind is not reading
+    return;
+  }
   if (!e.watching_out && !Flush(e)) {
     Complete(e, false);
     return;
@@ -205,6 +217,7 @@ void SseWriter::Service(Entry& e) {
 }
 
 bool SseWriter::Flush(Entry& e) {
+  const size_t sent_before = e.sent;
   while (e.sent < e.pending.size()) {
     const ssize_t n = send(e.fd, e.pending.data() + e.sent, e.pending.size() - e.sent,
                            MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -213,25 +226,28 @@ bool SseWriter::Flush(Entry& e) {
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      WatchWritable(e, true);
-      return true;
+      if (!e.watching_out || e.sent != sent_before) e.stalled_since = SteadySeconds();
+      if (e.sent > e.pending.size() / 2) {  // keep the buffer to what is still to send
+        e.pending.erase(0, e.sent);
+        e.sent = 0;
+      }
+      return WatchWritable(e, true);
     } else {
       return false;
     }
   }
   e.pending.clear();
   e.sent = 0;
-  WatchWritable(e, false);
-  return true;
+  return WatchWritable(e, false);
 }
 
-void SseWriter::WatchWritable(Entry& e, bool on) {
-  if (e.watching_out == on) return;
+bool SseWriter::WatchWritable(Entry& e, bool on) {
+  if (e.watching_out == on) return true;
   e.watching_out = on;
   epoll_event ev{};
   ev.events = kWatchedEvents | (on ? EPOLLOUT : 0u);
   ev.data.u64 = e.id;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev);
+  return epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.fd, &ev) == 0;
 }
 
 void SseWriter::Complete(Entry& e, bool ok) {
@@ -241,7 +257,7 @@ void SseWriter::Complete(Entry& e, bool ok) {
   e.closed = true;
   --num_streams_;
   // From here on the stream may be gone (its HTTP worker goes on).
-  e.result.set_value(ok);
+  e.result.set_value(ok ? RunResult::kSent : RunResult::kFailed);
 }
 
 }  // namespace tinyserve

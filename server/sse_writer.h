@@ -15,7 +15,9 @@
 //   (returns false; the job has been aborted).
 // - Chunks are framed for HTTP/1.1 chunked transfer encoding (`<hex length>\r\n<data>\r\n`), as
 //   httplib's DataSink would. A client that reads slowly gets its chunks buffered (one pending
-//   buffer per stream, sent when the socket is writable again); others never wait for it.
+//   buffer per stream, sent when the socket is writable again); others never wait for it. A
+//   client that takes nothing for `stall_seconds` (default httplib's own write timeout, 5 s), or
+//   lets more than kMaxPendingBytes pile up, is treated as gone.
 // - A client that closes or resets its connection (EPOLLRDHUP/EPOLLHUP/EPOLLERR, or a failed
 //   send) has its job aborted at once (within the loop iteration that sees it), also while it
 //   waits for its first token; pings (SseStream::Produce) keep idle streams probed.
@@ -45,14 +47,22 @@ class SseStream;
 class SseWriter {
  public:
   // Starts the writer thread. Returns null if epoll or eventfd is not available.
-  static std::unique_ptr<SseWriter> Create();
+  static std::unique_ptr<SseWriter> Create(double stall_seconds = kDefaultStallSeconds);
   ~SseWriter();
   SseWriter(const SseWriter&) = delete;
   SseWriter& operator=(const SseWriter&) = delete;
 
+  static constexpr double kDefaultStallSeconds = 5.0;
+  static constexpr size_t kMaxPendingBytes = size_t{16} << 20;
+
+  enum class RunResult {
+    kSent,      // every byte of the response was sent
+    kFailed,    // the client is gone (or the writer shut down): the job has been aborted
+    kNotTaken,  // the writer could not watch this socket: write it on the caller's thread
+  };
   // Writes `stream` to its socket (stream->socket_fd(), REQUIRES: >= 0) until it is complete;
-  // blocks the caller until then. Returns true iff every byte of the response was sent.
-  bool Run(SseStream* stream);
+  // blocks the caller until then.
+  RunResult Run(SseStream* stream);
   // Fails every stream now and every stream Run() is given later. Thread-safe, idempotent.
   void Shutdown();
 
@@ -63,18 +73,20 @@ class SseWriter {
   struct Entry;
   class Waker;
 
-  SseWriter(int epoll_fd, int event_fd);  // takes both descriptors
+  SseWriter(int epoll_fd, int event_fd, double stall_seconds);  // takes both descriptors
   void Loop();
   // Produces and sends what `e` has; completes it when done or failed.
   void Service(Entry& e);
   // Sends e.pending; returns false iff the socket failed.
   bool Flush(Entry& e);
-  void WatchWritable(Entry& e, bool on);
+  // Adds or removes EPOLLOUT; returns false iff epoll refused.
+  bool WatchWritable(Entry& e, bool on);
   // Ends `e`: detaches it from the epoll set and its streams, aborts the job unless `ok`, and
   // releases Run().
   void Complete(Entry& e, bool ok);
 
   const int epoll_fd_;
+  const double stall_seconds_;
   std::shared_ptr<Waker> waker_;
 
   Mutex mu_;

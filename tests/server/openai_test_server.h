@@ -91,6 +91,7 @@ class FinishRecorder final : public EngineObserver {
     max_waiting_ = std::max(max_waiting_, stats.num_waiting);
     running_ = stats.num_running;
     waiting_ = stats.num_waiting;
+    step_ts_.push_back(stats.ts);
   }
   std::map<std::string, Finish> finishes() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -120,6 +121,11 @@ class FinishRecorder final : public EngineObserver {
     std::lock_guard<std::mutex> lock(mu_);
     return num_preemptions_;
   }
+  // The schedule time of every engine step that did work, in order.
+  std::vector<double> step_ts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return step_ts_;
+  }
   int32_t used_blocks() const {
     std::lock_guard<std::mutex> lock(mu_);
     return used_blocks_;
@@ -132,6 +138,7 @@ class FinishRecorder final : public EngineObserver {
  private:
   mutable std::mutex mu_;
   std::map<std::string, Finish> finishes_;
+  std::vector<double> step_ts_;
   std::map<std::string, std::vector<double>> token_ts_;
   std::map<std::string, std::vector<int32_t>> prompts_;
   std::map<std::string, double> queued_ts_;
@@ -153,7 +160,9 @@ struct TestServerOptions {
   FaultInjectionConfig faults;  // none by default
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
-  int sse_writer_threads = 1;  // HttpServerOptions::sse_writer_threads
+  int sse_writer_threads = 1;        // HttpServerOptions::sse_writer_threads
+  double sse_stall_seconds = 5.0;    // HttpServerOptions::sse_stall_seconds
+  int socket_send_buffer_bytes = 0;  // HttpServerOptions::socket_send_buffer_bytes
 };
 
 class OpenAiTestServer {
@@ -197,6 +206,8 @@ class OpenAiTestServer {
     server_options.max_body_bytes = options.max_body_bytes;
     server_options.num_threads = options.num_threads;
     server_options.sse_writer_threads = options.sse_writer_threads;
+    server_options.sse_stall_seconds = options.sse_stall_seconds;
+    server_options.socket_send_buffer_bytes = options.socket_send_buffer_bytes;
     server_ = std::make_unique<HttpServer>(server_options, context);
     EXPECT_TRUE(server_->Bind().ok());
     port_ = server_->port();

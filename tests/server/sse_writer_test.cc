@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,10 +48,16 @@ std::string ReadWholeStream(RawClient& client) {
   return client.received();
 }
 
+// Server sockets with a send buffer this small (no autotuning: on loopback the kernel would give
+// a connection megabytes), so that a client that does not read blocks the writer's sends.
+constexpr int kSmallSendBuffer = 8192;
+
 TEST(SseWriterTest, ClientThatStopsReadingIsBufferedAndTheOthersGoOn) {
-  OpenAiTestServer server;
+  TestServerOptions options;
+  options.socket_send_buffer_bytes = kSmallSendBuffer;
+  OpenAiTestServer server(options);
   // ~500 chunks with 5 top logprobs each: far more than the slow client's TCP window (4 KiB) and
-  // the server socket's send buffer (16 KiB to start with) can take.
+  // the server socket's send buffer (16 KiB) can take.
   const json slow_body = StreamBody("Once upon a time", 500, 5);
   const std::string slow_solo = SoloText(server, slow_body);
   const size_t num_finished_before = server.recorder().finishes().size();
@@ -79,6 +86,33 @@ TEST(SseWriterTest, ClientThatStopsReadingIsBufferedAndTheOthersGoOn) {
   const std::string response = ReadWholeStream(slow);
   EXPECT_GT(response.size(), 64u * 1024u);  // really more than the buffers could hold
   EXPECT_EQ(StreamText(response), slow_solo);
+  EXPECT_EQ(server.recorder().used_blocks(), 0);
+}
+
+TEST(SseWriterTest, ClientThatTakesNothingForTheStallTimeIsGone) {
+  TestServerOptions options;
+  options.step_delay_s = 0.01;  // 400 tokens take ~4 s
+  options.sse_stall_seconds = 0.3;
+  options.socket_send_buffer_bytes = kSmallSendBuffer;
+  OpenAiTestServer server(options);
+  const size_t num_finished_before = server.recorder().finishes().size();
+  RawClient stalled(server.port(), /*receive_buffer_bytes=*/2048);
+  stalled.Post("/v1/completions", StreamBody("Once upon a time", 400, 5).dump());
+  // It never reads: once its socket is full, 0.3 s later the writer gives up and the request is
+  // aborted long before its 400 tokens are done.
+  std::optional<testing::FinishRecorder::Finish> finish;
+  for (int i = 0; i < 5000 && !finish; ++i) {
+    const auto finishes = server.recorder().finishes();
+    if (finishes.size() > num_finished_before) finish = finishes.rbegin()->second;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(finish.has_value());
+  EXPECT_EQ(finish->reason, FinishReason::kAbort);
+  // The connection was closed: what the client finally reads has no chunked terminator.
+  EXPECT_FALSE(stalled.ReadUntil("\r\n0\r\n\r\n"));
+  for (int i = 0; i < 500 && server.recorder().used_blocks() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   EXPECT_EQ(server.recorder().used_blocks(), 0);
 }
 
