@@ -55,6 +55,7 @@ constexpr int kSmallSendBuffer = 8192;
 TEST(SseWriterTest, ClientThatStopsReadingIsBufferedAndTheOthersGoOn) {
   TestServerOptions options;
   options.socket_send_buffer_bytes = kSmallSendBuffer;
+  options.sse_stall_seconds = 120;  // the client stalls on purpose (for long under sanitizers)
   OpenAiTestServer server(options);
   // ~500 chunks with 5 top logprobs each: far more than the slow client's TCP window (4 KiB) and
   // the server socket's send buffer (16 KiB) can take.
