@@ -35,7 +35,7 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.version = TINYSERVE_VERSION;
     openai.is_healthy = context_.is_healthy;
     openai.sse_writer_threads = options_.sse_writer_threads;
-    openai.sse_stall_seconds = options_.sse_stall_seconds;
+    openai.sse_writer_options = options_.sse_writer_options;
     openai_ = std::make_unique<OpenAiRoutes>(std::move(openai));
   }
   const int num_threads = options_.num_threads;

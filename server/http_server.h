@@ -31,6 +31,7 @@
 
 #include "engine/status.h"
 #include "engine/thread_annotations.h"
+#include "server/sse_writer.h"
 
 namespace httplib {
 class Server;
@@ -52,9 +53,9 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t{4} << 20;  // larger request bodies get 413
   int num_threads = 512;                    // worker pool (one per concurrent connection/stream)
   size_t keep_alive_max_count = 1000;       // requests per keep-alive connection
-  int sse_writer_threads = 1;      // threads writing the SSE streams (0: each stream's HTTP worker)
-  double sse_stall_seconds = 5.0;  // a stream client that takes nothing this long is gone
-  int socket_send_buffer_bytes = 0;  // > 0: SO_SNDBUF of every connection (0: the kernel's)
+  int sse_writer_threads = 1;  // threads writing the SSE streams (0: each stream's HTTP worker)
+  SseWriterOptions sse_writer_options;  // stall limit; a send observer for benchmarks
+  int socket_send_buffer_bytes = 0;     // > 0: SO_SNDBUF of every connection (0: the kernel's)
 };
 
 // What the handlers use. Every pointer may be null (a route that needs it then answers 503).

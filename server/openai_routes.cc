@@ -50,7 +50,7 @@ OpenAiRoutes::OpenAiRoutes(OpenAiContext context)
       created_(static_cast<int64_t>(std::time(nullptr))),
       gate_(context_.max_queue_len) {
   for (int i = 0; i < context_.sse_writer_threads; ++i) {
-    std::unique_ptr<SseWriter> writer = SseWriter::Create(context_.sse_stall_seconds);
+    std::unique_ptr<SseWriter> writer = SseWriter::Create(context_.sse_writer_options);
     if (writer == nullptr) break;
     sse_writers_.push_back(std::move(writer));
   }

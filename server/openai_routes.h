@@ -59,7 +59,7 @@ struct OpenAiContext {
   std::string version = "0.1.0";
   std::function<bool()> is_healthy;  // null: healthy while the engine exists
   int sse_writer_threads = 1;        // 0: streams are written by their HTTP workers
-  double sse_stall_seconds = SseWriter::kDefaultStallSeconds;  // a stalled client is gone
+  SseWriterOptions sse_writer_options;
 };
 
 class OpenAiRoutes {

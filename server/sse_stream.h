@@ -59,6 +59,10 @@ class SseStream {
   void SetWaker(const std::shared_ptr<StreamWaker>& waker);
   // The client's socket, or -1 when it was not found.
   int socket_fd() const { return watch_.fd(); }
+  // The engine request id of the first choice, and how many of its completion tokens the chunks
+  // produced so far carry (for benchmarks).
+  const std::string& first_request_id() const { return job_->choices().front()->request_id; }
+  int32_t first_choice_tokens() const { return job_->choices().front()->text.num_tokens(); }
 
  protected:
   // Chunks to send before any output (echoed prompts, chat role chunks).

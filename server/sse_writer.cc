@@ -48,26 +48,42 @@ struct SseWriter::Entry {
   bool produced_all = false;   // `data: [DONE]` is in pending (or already sent)
   bool watching_out = false;   // EPOLLOUT is in the epoll set
   bool closed = false;         // Complete() ran; erased at the end of the loop iteration
+  uint64_t serviced_pass = 0;  // the loop iteration that last serviced it
 };
 
-// Owns the eventfd, so that a RequestStream that still holds the waker after the writer is gone
-// never writes to a closed (or reused) descriptor.
-class SseWriter::Waker final : public StreamWaker {
+// The ready list and the eventfd, shared by the writer and its streams' wakers. Owns the eventfd,
+// so that a RequestStream that still holds a waker after the writer is gone never writes to a
+// closed (or reused) descriptor.
+class SseWriter::Signal {
  public:
-  explicit Waker(int fd) : fd_(fd) {}
-  ~Waker() override { close(fd_); }
-  Waker(const Waker&) = delete;
-  Waker& operator=(const Waker&) = delete;
+  explicit Signal(int fd) : fd_(fd) {}
+  ~Signal() { close(fd_); }
+  Signal(const Signal&) = delete;
+  Signal& operator=(const Signal&) = delete;
 
-  // At most one eventfd write until the writer thread calls Clear().
-  void Wake() override {
-    if (signaled_.exchange(true, std::memory_order_acq_rel)) return;
-    const uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = write(fd_, &one, sizeof(one));
+  // Puts stream `id` (0: none, just wake up) on the ready list; the first mark after the writer
+  // took the list also writes the eventfd. Any thread.
+  void Mark(uint64_t id) {
+    bool write_event = false;
+    {
+      MutexLock lock(mu_);
+      if (id != 0) ready_.push_back(id);
+      write_event = !signaled_;
+      signaled_ = true;
+    }
+    if (write_event) {
+      const uint64_t one = 1;
+      [[maybe_unused]] const ssize_t n = write(fd_, &one, sizeof(one));
+    }
   }
-  // Writer thread, before it looks at the streams: a Wake() from now on writes again. (The
-  // exchange makes every output pushed before an earlier Wake() visible to the writer.)
-  void Clear() { signaled_.exchange(false, std::memory_order_acq_rel); }
+  // Writer thread: moves the ready list into *ids (replacing its contents); marks from now on
+  // write the eventfd again. Everything pushed to a stream before its mark is visible after this.
+  void Take(std::vector<uint64_t>* ids) {
+    ids->clear();
+    MutexLock lock(mu_);
+    ids->swap(ready_);
+    signaled_ = false;
+  }
   void Drain() {
     uint64_t value = 0;
     [[maybe_unused]] const ssize_t n = read(fd_, &value, sizeof(value));
@@ -75,10 +91,23 @@ class SseWriter::Waker final : public StreamWaker {
 
  private:
   const int fd_;
-  std::atomic<bool> signaled_{false};
+  Mutex mu_;
+  std::vector<uint64_t> ready_ TS_GUARDED_BY(mu_);
+  bool signaled_ TS_GUARDED_BY(mu_) = false;
 };
 
-std::unique_ptr<SseWriter> SseWriter::Create(double stall_seconds) {
+// One stream's waker: marks its entry ready.
+class SseWriter::Waker final : public StreamWaker {
+ public:
+  Waker(std::shared_ptr<Signal> signal, uint64_t id) : signal_(std::move(signal)), id_(id) {}
+  void Wake() override { signal_->Mark(id_); }
+
+ private:
+  const std::shared_ptr<Signal> signal_;
+  const uint64_t id_;
+};
+
+std::unique_ptr<SseWriter> SseWriter::Create(SseWriterOptions options) {
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd < 0) return nullptr;
   const int event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -94,13 +123,13 @@ std::unique_ptr<SseWriter> SseWriter::Create(double stall_seconds) {
     close(epoll_fd);
     return nullptr;
   }
-  return std::unique_ptr<SseWriter>(new SseWriter(epoll_fd, event_fd, stall_seconds));
+  return std::unique_ptr<SseWriter>(new SseWriter(epoll_fd, event_fd, std::move(options)));
 }
 
-SseWriter::SseWriter(int epoll_fd, int event_fd, double stall_seconds)
+SseWriter::SseWriter(int epoll_fd, int event_fd, SseWriterOptions options)
     : epoll_fd_(epoll_fd),
-      stall_seconds_(stall_seconds),
-      waker_(std::make_shared<Waker>(event_fd)) {
+      options_(std::move(options)),
+      signal_(std::make_shared<Signal>(event_fd)) {
   thread_ = std::thread([this] { Loop(); });
   pthread_setname_np(thread_.native_handle(), "sse-writer");
 }
@@ -117,7 +146,7 @@ void SseWriter::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  waker_->Wake();
+  signal_->Mark(0);
 }
 
 SseWriter::RunResult SseWriter::Run(SseStream* stream) {
@@ -133,7 +162,7 @@ SseWriter::RunResult SseWriter::Run(SseStream* stream) {
     }
     incoming_.push_back(std::move(entry));
   }
-  waker_->Wake();
+  signal_->Mark(0);
   return result.get();
 }
 
@@ -142,10 +171,11 @@ void SseWriter::Loop() {
   bool running = true;
   while (running) {
     const int n = epoll_wait(epoll_fd_, events, kMaxEvents, entries_.empty() ? -1 : kTickMs);
+    ++pass_;
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == 0) {
-        waker_->Drain();
+        signal_->Drain();
         continue;
       }
       auto it = entries_.find(id);
@@ -161,7 +191,7 @@ void SseWriter::Loop() {
         }
       }
     }
-    waker_->Clear();
+    signal_->Take(&ready_);
     std::vector<std::unique_ptr<Entry>> incoming;
     {
       MutexLock lock(mu_);
@@ -178,16 +208,27 @@ void SseWriter::Loop() {
         continue;
       }
       ++num_streams_;
-      e->stream->SetWaker(waker_);
+      e->stream->SetWaker(std::make_shared<Waker>(signal_, e->id));
+      ready_.push_back(e->id);  // whatever came before the waker
       entries_.emplace(e->id, std::move(e));
     }
+    // The woken streams; every stream every kTickMs (pings, stalled clients) and at shutdown.
     const double now = SteadySeconds();
-    for (auto& [id, e] : entries_) {
-      if (e->closed) continue;
-      if (!running || (e->watching_out && now - e->stalled_since > stall_seconds_)) {
-        Complete(*e, false);  // shutting down, or a client that has stopped taking anything
-      } else {
-        Service(*e);
+    if (!running || now - last_full_pass_s_ >= kTickMs * 1e-3) {
+      last_full_pass_s_ = now;
+      for (auto& [id, e] : entries_) {
+        if (e->closed) continue;
+        if (!running || (e->watching_out && now - e->stalled_since > options_.stall_seconds)) {
+          Complete(*e, false);  // shutting down, or a client that has stopped taking anything
+        } else {
+          Service(*e);
+        }
+      }
+    } else {
+      for (const uint64_t id : ready_) {
+        auto it = entries_.find(id);
+        if (it == entries_.end() || it->second->closed) continue;
+        Service(*it->second);
       }
     }
     std::erase_if(entries_, [](const auto& kv) { return kv.second->closed; });
@@ -195,7 +236,8 @@ void SseWriter::Loop() {
 }
 
 void SseWriter::Service(Entry& e) {
-  if (e.produced_all) return;  // only its flush is left (EPOLLOUT)
+  if (e.produced_all || e.serviced_pass == pass_) return;  // flush left (EPOLLOUT), or done
+  e.serviced_pass = pass_;
   frame_.clear();
   try {
     e.produced_all = e.stream->Produce(0.0, &frame_);
@@ -236,8 +278,13 @@ bool SseWriter::Flush(Entry& e) {
       return false;
     }
   }
+  const bool sent_any = e.sent > sent_before;
   e.pending.clear();
   e.sent = 0;
+  if (options_.on_sent && sent_any) {
+    options_.on_sent(e.stream->first_request_id(), e.stream->first_choice_tokens(),
+                     SteadySeconds());
+  }
   return WatchWritable(e, false);
 }
 

@@ -3,10 +3,12 @@
 //
 // Why: with one HTTP worker thread per stream, every engine step woke every stream's thread (a
 // futex wake-up, a context switch and a poll per stream per token); at 100 streams on a few cores
-// the wake-ups alone took longer than a step. Here the engine's step wakes this one thread (the
-// streams' StreamWaker: at most one eventfd write per step), which then, for each stream, takes
-// its new output, formats the chunks and sends them (one non-blocking send per stream per step),
-// while the HTTP workers of the streams sleep until their response is complete.
+// the wake-ups alone took longer than a step. Here the engine's step wakes this one thread: each
+// stream's StreamWaker puts the stream on a ready list (the first one of a batch also writes the
+// eventfd), and the thread, for each ready stream, takes its new output, formats the chunks and
+// sends them (one non-blocking send per stream per step), while the HTTP workers of the streams
+// sleep until their response is complete. Every 20 ms it also looks at every stream (pings,
+// stalled clients).
 //
 // - Run(stream) is called by the connection's HTTP worker inside httplib's chunked content
 //   provider (the response head is already sent and nothing else writes to the socket until the
@@ -18,6 +20,7 @@
 //   buffer per stream, sent when the socket is writable again); others never wait for it. A
 //   client that takes nothing for `stall_seconds` (default httplib's own write timeout, 5 s), or
 //   lets more than kMaxPendingBytes pile up, is treated as gone.
+// - Benchmarks can observe each moment a stream's bytes are all sent (SseWriterOptions::on_sent).
 // - A client that closes or resets its connection (EPOLLRDHUP/EPOLLHUP/EPOLLERR, or a failed
 //   send) has its job aborted at once (within the loop iteration that sees it), also while it
 //   waits for its first token; pings (SseStream::Produce) keep idle streams probed.
@@ -30,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -44,15 +48,25 @@ namespace tinyserve {
 
 class SseStream;
 
+// Called on the writer thread each time every byte produced so far for a stream has been sent:
+// the engine request id of the stream's first choice, how many of that choice's completion tokens
+// the sent chunks carry, and the steady_clock time in seconds.
+using SseSentObserver =
+    std::function<void(const std::string& request_id, int32_t num_tokens, double sent_s)>;
+
+struct SseWriterOptions {
+  double stall_seconds = 5.0;  // a client that takes nothing this long is gone
+  SseSentObserver on_sent;     // for benchmarks; null: none
+};
+
 class SseWriter {
  public:
   // Starts the writer thread. Returns null if epoll or eventfd is not available.
-  static std::unique_ptr<SseWriter> Create(double stall_seconds = kDefaultStallSeconds);
+  static std::unique_ptr<SseWriter> Create(SseWriterOptions options = {});
   ~SseWriter();
   SseWriter(const SseWriter&) = delete;
   SseWriter& operator=(const SseWriter&) = delete;
 
-  static constexpr double kDefaultStallSeconds = 5.0;
   static constexpr size_t kMaxPendingBytes = size_t{16} << 20;
 
   enum class RunResult {
@@ -71,9 +85,10 @@ class SseWriter {
 
  private:
   struct Entry;
+  class Signal;
   class Waker;
 
-  SseWriter(int epoll_fd, int event_fd, double stall_seconds);  // takes both descriptors
+  SseWriter(int epoll_fd, int event_fd, SseWriterOptions options);  // takes both descriptors
   void Loop();
   // Produces and sends what `e` has; completes it when done or failed.
   void Service(Entry& e);
@@ -86,8 +101,8 @@ class SseWriter {
   void Complete(Entry& e, bool ok);
 
   const int epoll_fd_;
-  const double stall_seconds_;
-  std::shared_ptr<Waker> waker_;
+  const SseWriterOptions options_;
+  std::shared_ptr<Signal> signal_;  // shared with the streams' wakers
 
   Mutex mu_;
   std::vector<std::unique_ptr<Entry>> incoming_ TS_GUARDED_BY(mu_);
@@ -96,6 +111,9 @@ class SseWriter {
   // Writer thread only.
   std::unordered_map<uint64_t, std::unique_ptr<Entry>> entries_;  // by id (epoll data)
   uint64_t next_id_ = 1;                                          // 0 is the eventfd
+  std::vector<uint64_t> ready_;                                   // scratch: streams woken
+  uint64_t pass_ = 0;                                             // loop iterations
+  double last_full_pass_s_ = 0.0;                                 // when every stream was seen
   std::string frame_;                                             // scratch
 
   std::atomic<int64_t> num_streams_{0};

@@ -19,6 +19,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -130,8 +131,8 @@ TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100Streams) {
       // fell behind a step): each token's latency is its chunk's receipt time - its output time.
       size_t token = 0;
       size_t chunk = 0;
-      for (const std::string& event :
-           testing::SseEvents(std::regex_replace(r.body, std::regex("\r\n[0-9a-f]+\r\n"), ""))) {
+      for (const std::string& event : testing::SseEvents(std::regex_replace(
+               r.body.substr(r.body.find("\r\n\r\n") + 2), std::regex("\r\n[0-9a-f]+\r\n"), ""))) {
         if (event == "[DONE]" || chunk >= r.chunk_ts.size()) break;
         const json c = json::parse(event, nullptr, false);
         if (!c.is_object()) break;
@@ -174,13 +175,19 @@ std::vector<double> TokenLatencies(const std::vector<ReceivedStream>& all,
     if (it == ts.end()) continue;
     size_t token = 0;
     size_t chunk = 0;
-    for (const std::string& event :
-         testing::SseEvents(std::regex_replace(r.body, std::regex("\r\n[0-9a-f]+\r\n"), ""))) {
+    for (const std::string& event : testing::SseEvents(std::regex_replace(
+             r.body.substr(r.body.find("\r\n\r\n") + 2), std::regex("\r\n[0-9a-f]+\r\n"), ""))) {
       if (event == "[DONE]" || chunk >= r.chunk_ts.size()) break;
       const json c = json::parse(event, nullptr, false);
       if (!c.is_object()) break;
-      const json& lp = c["choices"][0]["logprobs"];
-      const size_t n = lp.is_object() ? lp["tokens"].size() : 0;
+      // The chunk's tokens: its logprobs entries, or else the growth of its continuous usage.
+      size_t n = 0;
+      if (!c["choices"].empty() && c["choices"][0]["logprobs"].is_object()) {
+        n = c["choices"][0]["logprobs"]["tokens"].size();
+      } else if (c.contains("usage") && c["usage"].is_object()) {
+        const auto total = c["usage"]["completion_tokens"].get<size_t>();
+        n = total > token ? total - token : 0;
+      }
       for (size_t k = 0; k < n && token < it->second.size(); ++k, ++token) {
         if (token >= first_token) latencies.push_back(r.chunk_ts[chunk] - it->second[token]);
       }
@@ -192,8 +199,12 @@ std::vector<double> TokenLatencies(const std::vector<ReceivedStream>& all,
 }
 
 // `step_delay_s`: the engine sleeps that long before each forward pass (a stand-in for an
-// accelerator: the step takes time but leaves the CPUs to the HTTP side).
-void MeasureWithOneReader(double step_delay_s) {
+// accelerator: the step takes time but leaves the CPUs to the HTTP side). `logprobs`: the streams
+// ask for `logprobs: 0` (each chunk lists its tokens), else for continuous usage stats (each chunk
+// carries the running completion token count), as most streaming clients ask for no logprobs.
+// Besides the receipt at the client, the SSE writer's send times give the server-side number:
+// sampling -> the moment every byte of the token's chunk has been handed to the kernel.
+void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
   constexpr int kStreams = 100;
   TestServerOptions options;
   options.num_threads = kStreams + 8;
@@ -201,14 +212,24 @@ void MeasureWithOneReader(double step_delay_s) {
   if (const char* writers = std::getenv("TINYSERVE_BENCH_SSE_WRITERS")) {
     options.sse_writer_threads = std::atoi(writers);
   }
+  std::mutex sent_mu;
+  std::map<std::string, std::vector<std::pair<int32_t, double>>> sent;  // id -> (tokens, time)
+  options.sse_writer_options.on_sent = [&](const std::string& id, int32_t tokens, double t) {
+    std::lock_guard<std::mutex> lock(sent_mu);
+    sent[id].emplace_back(tokens, t);
+  };
   OpenAiTestServer server(options);
-  const std::string body = json({{"prompt", "Once upon a time"},
-                                 {"max_tokens", 100},
-                                 {"ignore_eos", true},
-                                 {"temperature", 0},
-                                 {"logprobs", 0},  // chunk -> its tokens
-                                 {"stream", true}})
-                               .dump();
+  json request = {{"prompt", "Once upon a time"},
+                  {"max_tokens", 100},
+                  {"ignore_eos", true},
+                  {"temperature", 0},
+                  {"stream", true}};
+  if (logprobs) {
+    request["logprobs"] = 0;  // chunk -> its tokens
+  } else {
+    request["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
+  }
+  const std::string body = request.dump();
   std::vector<std::unique_ptr<testing::RawClient>> clients;
   std::vector<ReceivedStream> received(kStreams);
   std::vector<size_t> scanned(kStreams, 0);  // bytes of the body already searched for chunks
@@ -273,6 +294,26 @@ void MeasureWithOneReader(double step_delay_s) {
   for (const auto& [id, t] : ts) {
     for (size_t i = 1; i < t.size(); ++i) steps.push_back(t[i] - t[i - 1]);
   }
+  // Server side: each send that completed a stream's bytes covers its tokens since the last one.
+  std::vector<double> written;
+  {
+    std::lock_guard<std::mutex> lock(sent_mu);
+    for (const auto& [id, sends] : sent) {
+      const auto it = ts.find(id);
+      if (it == ts.end()) continue;
+      size_t token = 0;
+      for (const auto& [tokens, t] : sends) {
+        for (; token < static_cast<size_t>(tokens) && token < it->second.size(); ++token) {
+          written.push_back(t - it->second[token]);
+        }
+      }
+    }
+  }
+  std::printf(
+      "sampling -> SSE write at the server (%s): %zu tokens: p50 %.3f ms, p90 %.3f ms, p99 %.3f "
+      "ms, max %.3f ms\n",
+      logprobs ? "logprobs: 0" : "no logprobs", written.size(), 1e3 * Quantile(written, 0.5),
+      1e3 * Quantile(written, 0.9), 1e3 * Quantile(written, 0.99), 1e3 * Quantile(written, 1.0));
   std::printf(
       "sampling -> SSE chunk at the client (one epoll reader, engine sleeps %.0f ms per step), %d "
       "concurrent streams x 100 tokens (%zu tokens matched in %zu chunks, %zu requests): p50 %.3f "
@@ -295,6 +336,10 @@ TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100StreamsOneReader) {
 // the latency is the HTTP side competing with a CPU-bound engine for the two cores.
 TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100StreamsOneReaderSleepingEngine) {
   MeasureWithOneReader(0.005);
+}
+
+TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100StreamsOneReaderSleepingEngineNoLogprobs) {
+  MeasureWithOneReader(0.005, /*logprobs=*/false);
 }
 
 }  // namespace

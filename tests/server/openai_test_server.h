@@ -160,9 +160,9 @@ struct TestServerOptions {
   FaultInjectionConfig faults;  // none by default
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
-  int sse_writer_threads = 1;        // HttpServerOptions::sse_writer_threads
-  double sse_stall_seconds = 5.0;    // HttpServerOptions::sse_stall_seconds
-  int socket_send_buffer_bytes = 0;  // HttpServerOptions::socket_send_buffer_bytes
+  int sse_writer_threads = 1;           // HttpServerOptions::sse_writer_threads
+  SseWriterOptions sse_writer_options;  // HttpServerOptions::sse_writer_options
+  int socket_send_buffer_bytes = 0;     // HttpServerOptions::socket_send_buffer_bytes
 };
 
 class OpenAiTestServer {
@@ -206,7 +206,7 @@ class OpenAiTestServer {
     server_options.max_body_bytes = options.max_body_bytes;
     server_options.num_threads = options.num_threads;
     server_options.sse_writer_threads = options.sse_writer_threads;
-    server_options.sse_stall_seconds = options.sse_stall_seconds;
+    server_options.sse_writer_options = options.sse_writer_options;
     server_options.socket_send_buffer_bytes = options.socket_send_buffer_bytes;
     server_ = std::make_unique<HttpServer>(server_options, context);
     EXPECT_TRUE(server_->Bind().ok());

@@ -55,7 +55,8 @@ constexpr int kSmallSendBuffer = 8192;
 TEST(SseWriterTest, ClientThatStopsReadingIsBufferedAndTheOthersGoOn) {
   TestServerOptions options;
   options.socket_send_buffer_bytes = kSmallSendBuffer;
-  options.sse_stall_seconds = 120;  // the client stalls on purpose (for long under sanitizers)
+  options.sse_writer_options.stall_seconds =
+      120;  // the client stalls on purpose (for long under sanitizers)
   OpenAiTestServer server(options);
   // ~500 chunks with 5 top logprobs each: far more than the slow client's TCP window (4 KiB) and
   // the server socket's send buffer (16 KiB) can take.
@@ -93,7 +94,7 @@ TEST(SseWriterTest, ClientThatStopsReadingIsBufferedAndTheOthersGoOn) {
 TEST(SseWriterTest, ClientThatTakesNothingForTheStallTimeIsGone) {
   TestServerOptions options;
   options.step_delay_s = 0.01;  // 400 tokens take ~4 s
-  options.sse_stall_seconds = 0.3;
+  options.sse_writer_options.stall_seconds = 0.3;
   options.socket_send_buffer_bytes = kSmallSendBuffer;
   OpenAiTestServer server(options);
   const size_t num_finished_before = server.recorder().finishes().size();
