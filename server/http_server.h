@@ -53,7 +53,9 @@ struct HttpServerOptions {
   size_t max_body_bytes = size_t{4} << 20;  // larger request bodies get 413
   int num_threads = 512;                    // worker pool (one per concurrent connection/stream)
   size_t keep_alive_max_count = 1000;       // requests per keep-alive connection
-  int sse_writer_threads = 1;  // threads writing the SSE streams (0: each stream's HTTP worker)
+  // Threads writing the SSE streams, each taking every other new stream (0: each stream's HTTP
+  // worker). 2 beat 1 at 100 streams even on 2 vCPUs (bench/RESULTS.md).
+  int sse_writer_threads = 2;
   SseWriterOptions sse_writer_options;  // stall limit; a send observer for benchmarks
   int socket_send_buffer_bytes = 0;     // > 0: SO_SNDBUF of every connection (0: the kernel's)
 };

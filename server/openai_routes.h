@@ -58,7 +58,7 @@ struct OpenAiContext {
   int64_t max_queue_len = 0;            // 0: unlimited
   std::string version = "0.1.0";
   std::function<bool()> is_healthy;  // null: healthy while the engine exists
-  int sse_writer_threads = 1;        // 0: streams are written by their HTTP workers
+  int sse_writer_threads = 2;        // 0: streams are written by their HTTP workers
   SseWriterOptions sse_writer_options;
 };
 

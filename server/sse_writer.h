@@ -1,5 +1,5 @@
-// SseWriter: one thread that writes the SSE responses (server/sse_stream.h) of every streaming
-// request of the server, straight to their sockets.
+// SseWriter: a thread that writes the SSE responses (server/sse_stream.h) of streaming requests
+// straight to their sockets (the server runs a few, each taking every other new stream).
 //
 // Why: with one HTTP worker thread per stream, every engine step woke every stream's thread (a
 // futex wake-up, a context switch and a poll per stream per token); at 100 streams on a few cores

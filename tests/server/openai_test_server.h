@@ -160,7 +160,7 @@ struct TestServerOptions {
   FaultInjectionConfig faults;  // none by default
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
-  int sse_writer_threads = 1;           // HttpServerOptions::sse_writer_threads
+  int sse_writer_threads = 2;           // HttpServerOptions::sse_writer_threads
   SseWriterOptions sse_writer_options;  // HttpServerOptions::sse_writer_options
   int socket_send_buffer_bytes = 0;     // HttpServerOptions::socket_send_buffer_bytes
 };
