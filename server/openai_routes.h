@@ -14,7 +14,7 @@
 // /detokenize stay open, as in vLLM. With max_queue_len > 0, a request that would make more
 // than that many engine requests wait gets 503 at once; a stopped or dead engine gives 503.
 //
-// Streams are SSE (server/sse_stream.h), written by one SseWriter thread (server/sse_writer.h;
+// Streams are SSE (server/sse_stream.h), written by SseWriter threads (server/sse_writer.h;
 // or by their HTTP workers where it is off or unavailable). A client that goes away has its
 // engine requests aborted at once when streaming through the writer, else within ~20 ms
 // (server/connection_watch.h).

@@ -170,7 +170,13 @@ void SseWriter::Loop() {
   epoll_event events[kMaxEvents];
   bool running = true;
   while (running) {
-    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, entries_.empty() ? -1 : kTickMs);
+    // Sleep until woken, or until the next full pass is due.
+    int timeout_ms = -1;
+    if (!entries_.empty()) {
+      const double due_ms = (last_full_pass_s_ - SteadySeconds()) * 1e3 + kTickMs;
+      timeout_ms = due_ms <= 0 ? 0 : static_cast<int>(due_ms) + 1;
+    }
+    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
     ++pass_;
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;

@@ -48,7 +48,8 @@ namespace tinyserve {
 
 class SseStream;
 
-// Called on the writer thread each time every byte produced so far for a stream has been sent:
+// Called on a writer thread (several writers call it concurrently: it must be thread-safe) each
+// time every byte produced so far for a stream has been sent:
 // the engine request id of the stream's first choice, how many of that choice's completion tokens
 // the sent chunks carry, and the steady_clock time in seconds.
 using SseSentObserver =

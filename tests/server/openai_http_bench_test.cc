@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/server/openai_test_server.h"
@@ -295,6 +296,20 @@ void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
     for (size_t i = 1; i < t.size(); ++i) steps.push_back(t[i] - t[i - 1]);
   }
   // Server side: each send that completed a stream's bytes covers its tokens since the last one.
+  // (A client may see [DONE] a moment before the writer records its last send: wait for them.)
+  const auto all_sent = [&] {
+    std::lock_guard<std::mutex> lock(sent_mu);
+    for (const auto& [id, t] : ts) {
+      const auto it = sent.find(id);
+      if (it == sent.end() || static_cast<size_t>(it->second.back().first) < t.size()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (int i = 0; i < 500 && options.sse_writer_threads > 0 && !all_sent(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   std::vector<double> written;
   {
     std::lock_guard<std::mutex> lock(sent_mu);
@@ -309,11 +324,15 @@ void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
       }
     }
   }
-  std::printf(
-      "sampling -> SSE write at the server (%s): %zu tokens: p50 %.3f ms, p90 %.3f ms, p99 %.3f "
-      "ms, max %.3f ms\n",
-      logprobs ? "logprobs: 0" : "no logprobs", written.size(), 1e3 * Quantile(written, 0.5),
-      1e3 * Quantile(written, 0.9), 1e3 * Quantile(written, 0.99), 1e3 * Quantile(written, 1.0));
+  if (written.empty()) {
+    std::printf("sampling -> SSE write at the server: n/a (no SSE writer)\n");
+  } else {
+    std::printf(
+        "sampling -> SSE write at the server (%s): %zu tokens: p50 %.3f ms, p90 %.3f ms, p99 %.3f "
+        "ms, max %.3f ms\n",
+        logprobs ? "logprobs: 0" : "no logprobs", written.size(), 1e3 * Quantile(written, 0.5),
+        1e3 * Quantile(written, 0.9), 1e3 * Quantile(written, 0.99), 1e3 * Quantile(written, 1.0));
+  }
   std::printf(
       "sampling -> SSE chunk at the client (one epoll reader, engine sleeps %.0f ms per step), %d "
       "concurrent streams x 100 tokens (%zu tokens matched in %zu chunks, %zu requests): p50 %.3f "
