@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <future>
 #include <utility>
 
+#include "engine/request_stream.h"
 #include "server/sse_stream.h"
 
 namespace tinyserve {
@@ -213,7 +215,6 @@ void SseWriter::Loop() {
         e->result.set_value(RunResult::kNotTaken);  // e.g. ENOSPC (max_user_watches)
         continue;
       }
-      ++num_streams_;
       e->stream->SetWaker(std::make_shared<Waker>(signal_, e->id));
       ready_.push_back(e->id);  // whatever came before the waker
       entries_.emplace(e->id, std::move(e));
@@ -308,7 +309,6 @@ void SseWriter::Complete(Entry& e, bool ok) {
   e.stream->SetWaker(nullptr);
   if (!ok) e.stream->Abort();
   e.closed = true;
-  --num_streams_;
   // From here on the stream may be gone (its HTTP worker goes on).
   e.result.set_value(ok ? RunResult::kSent : RunResult::kFailed);
 }

@@ -31,17 +31,14 @@
 // on the HTTP workers. Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <memory>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
-#include "engine/request_stream.h"
 #include "engine/thread_annotations.h"
 
 namespace tinyserve {
@@ -81,9 +78,6 @@ class SseWriter {
   // Fails every stream now and every stream Run() is given later. Thread-safe, idempotent.
   void Shutdown();
 
-  // The streams being written (for tests).
-  int64_t num_streams() const { return num_streams_.load(); }
-
  private:
   struct Entry;
   class Signal;
@@ -117,7 +111,6 @@ class SseWriter {
   double last_full_pass_s_ = 0.0;                                 // when every stream was seen
   std::string frame_;                                             // scratch
 
-  std::atomic<int64_t> num_streams_{0};
   std::thread thread_;
 };
 

@@ -132,8 +132,7 @@ TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100Streams) {
       // fell behind a step): each token's latency is its chunk's receipt time - its output time.
       size_t token = 0;
       size_t chunk = 0;
-      for (const std::string& event : testing::SseEvents(std::regex_replace(
-               r.body.substr(r.body.find("\r\n\r\n") + 2), std::regex("\r\n[0-9a-f]+\r\n"), ""))) {
+      for (const std::string& event : testing::SseEvents(testing::ChunkedBody(r.body))) {
         if (event == "[DONE]" || chunk >= r.chunk_ts.size()) break;
         const json c = json::parse(event, nullptr, false);
         if (!c.is_object()) break;
@@ -176,8 +175,7 @@ std::vector<double> TokenLatencies(const std::vector<ReceivedStream>& all,
     if (it == ts.end()) continue;
     size_t token = 0;
     size_t chunk = 0;
-    for (const std::string& event : testing::SseEvents(std::regex_replace(
-             r.body.substr(r.body.find("\r\n\r\n") + 2), std::regex("\r\n[0-9a-f]+\r\n"), ""))) {
+    for (const std::string& event : testing::SseEvents(testing::ChunkedBody(r.body))) {
       if (event == "[DONE]" || chunk >= r.chunk_ts.size()) break;
       const json c = json::parse(event, nullptr, false);
       if (!c.is_object()) break;

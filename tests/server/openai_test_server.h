@@ -269,25 +269,33 @@ inline std::vector<std::string> SseEvents(const std::string& body) {
   return events;
 }
 
-// The text of a whole HTTP response carrying a streamed completion (status line, headers, chunked
-// SSE body), or a "<...>" description of what is wrong with it.
-inline std::string StreamText(const std::string& http_response) {
+// The body of an HTTP response with chunked transfer encoding (status line and headers included
+// in `http_response`), decoded: the chunks' data joined. Stops at the last chunk, or where the
+// response was cut (a partial last chunk is kept as far as it came).
+inline std::string ChunkedBody(const std::string& http_response) {
   const size_t body_at = http_response.find("\r\n\r\n");
-  if (http_response.rfind("HTTP/1.1 200", 0) != 0 || body_at == std::string::npos) {
-    return "<not a 200 response: " + http_response.substr(0, 200) + ">";
-  }
-  // Chunked transfer encoding: drop the chunk-size lines, keep the SSE text.
-  std::string sse;
+  if (body_at == std::string::npos) return "";
+  std::string body;
   size_t pos = body_at + 4;
   while (pos < http_response.size()) {
     const size_t eol = http_response.find("\r\n", pos);
     if (eol == std::string::npos) break;
     const size_t size = std::stoul(http_response.substr(pos, eol - pos), nullptr, 16);
     if (size == 0) break;
-    sse += http_response.substr(eol + 2, size);
+    body += http_response.substr(eol + 2, size);
     pos = eol + 2 + size + 2;
   }
-  const std::vector<std::string> events = SseEvents(sse);
+  return body;
+}
+
+// The text of a whole HTTP response carrying a streamed completion (status line, headers, chunked
+// SSE body), or a "<...>" description of what is wrong with it.
+inline std::string StreamText(const std::string& http_response) {
+  if (http_response.rfind("HTTP/1.1 200", 0) != 0 ||
+      http_response.find("\r\n\r\n") == std::string::npos) {
+    return "<not a 200 response: " + http_response.substr(0, 200) + ">";
+  }
+  const std::vector<std::string> events = SseEvents(ChunkedBody(http_response));
   if (events.empty() || events.back() != "[DONE]") return "<no [DONE]>";
   std::string text;
   for (size_t e = 0; e + 1 < events.size(); ++e) {

@@ -121,17 +121,8 @@ TEST(SseWriterTest, ClientThatTakesNothingForTheStallTimeIsGone) {
 // What a streamed completion says, whatever its chunking: per choice its text, tokens and finish
 // reason, then the usage chunk's usage, and whether it ended with [DONE].
 json StreamSummary(const std::string& response) {
-  std::string sse;
-  size_t pos = response.find("\r\n\r\n") + 4;
-  while (pos < response.size()) {
-    const size_t eol = response.find("\r\n", pos);
-    const size_t size = std::stoul(response.substr(pos, eol - pos), nullptr, 16);
-    if (size == 0) break;
-    sse += response.substr(eol + 2, size);
-    pos = eol + 2 + size + 2;
-  }
   json summary = {{"choices", json::object()}, {"usage", nullptr}, {"done", false}};
-  for (const std::string& e : testing::SseEvents(sse)) {
+  for (const std::string& e : testing::SseEvents(testing::ChunkedBody(response))) {
     if (e == "[DONE]") {
       summary["done"] = true;
       continue;
