@@ -22,6 +22,7 @@ class NoopExecutor final : public ModelExecutor {
     for (int32_t r = 0; r < num_sampled; ++r) {
       out.logits[static_cast<size_t>(r) * vocab_ + (r % vocab_)] = 1.0f;
     }
+    out.prompt_logits.assign(static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab_, 0.0f);
     return out;
   }
   int32_t num_kv_blocks() const override { return num_blocks_; }

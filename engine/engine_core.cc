@@ -204,9 +204,11 @@ bool EngineCore::Step() {
       did_work = true;
       StatusOr<ExecutorOutput> result = ExecuteBatch(batch);
       const int32_t num_sampled = batch.num_sampled();
+      const size_t vocab = static_cast<size_t>(vocab_size_);
       if (result.ok() && (result->vocab_size != vocab_size_ ||
-                          result->logits.size() != static_cast<size_t>(num_sampled) *
-                                                       static_cast<size_t>(vocab_size_))) {
+                          result->logits.size() != static_cast<size_t>(num_sampled) * vocab ||
+                          result->prompt_logits.size() !=
+                              static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab)) {
         result = Internal("executor returned logits of the wrong shape");
       }
       if (!result.ok() && result.status().code() == StatusCode::kDeviceLost) {
@@ -222,11 +224,20 @@ bool EngineCore::Step() {
           sampled_.push_back(sampler_.Sample(*plan.requests[s], result->row(row), &logprobs_[row]));
           ++row;
         }
+        // Before Update() and DispatchEvents(): a stream gets its prompt logprobs ahead of the
+        // token and finish of the same step.
+        PushPromptLogprobs(plan, *result);
         scheduler_.Update(sampled_, clock_->Now());
       }
       // The step's outputs wake their consumers only after the observers' OnStep below, so a
       // client that sees its request finish finds the step counted in the metrics.
       DispatchEvents(/*notify=*/false);
+      for (RequestStream* stream : prompt_streams_) {
+        if (std::find(to_notify_.begin(), to_notify_.end(), stream) == to_notify_.end()) {
+          to_notify_.push_back(stream);
+        }
+      }
+      prompt_streams_.clear();
     }
   }
   has_live_requests_.store(scheduler_.has_unfinished_requests());
@@ -236,6 +247,29 @@ bool EngineCore::Step() {
   }
   NotifyStreams();
   return did_work;
+}
+
+void EngineCore::PushPromptLogprobs(const SchedulerOutput& plan, const ExecutorOutput& result) {
+  const ScheduledBatch& batch = plan.batch;
+  int32_t row = 0;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    const int32_t count = batch.num_prompt_logits[s];
+    if (count == 0) continue;
+    const Request& req = *plan.requests[s];
+    std::vector<TokenLogprobs> out(static_cast<size_t>(count));
+    const int32_t first_row = batch.query_start[s] + batch.prompt_logits_start[s];
+    for (int32_t i = 0; i < count; ++i) {
+      // The logits at position p score prompt token p + 1.
+      const int32_t pos = batch.positions[first_row + i];
+      sampler_.FillLogprobs(result.prompt_row(row + i), req.token_ids[pos + 1],
+                            *req.sampling.prompt_logprobs, &out[i]);
+    }
+    row += count;
+    if (req.stream != nullptr) {
+      req.stream->PushPromptLogprobs(std::move(out), /*notify=*/false);
+      prompt_streams_.push_back(req.stream.get());
+    }
+  }
 }
 
 StatusOr<ExecutorOutput> EngineCore::ExecuteBatch(const ScheduledBatch& batch) {

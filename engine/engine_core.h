@@ -5,6 +5,7 @@
 // One step, like nano-vllm's loop:
 //   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once)
 //   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) -> sample the rows that want a token
+//   (and turn prompt-logit rows into prompt logprobs, pushed to their streams first)
 //   -> Scheduler::Update() (stop checks, finishes) -> events to streams and observers -> OnStep().
 // An executor error (a non-OK status, or an exception thrown by Execute(), caught on the engine
 // thread) fails exactly the requests of that batch (reason error, the status as their error
@@ -116,6 +117,9 @@ class EngineCore {
   };
 
   bool DrainInbox(double now);
+  // Computes the prompt logprobs of the step's prompt-logit rows and pushes them to their streams
+  // (without waking them; they are remembered in prompt_streams_).
+  void PushPromptLogprobs(const SchedulerOutput& plan, const ExecutorOutput& result);
   // Execute() with any exception turned into an Internal status.
   StatusOr<ExecutorOutput> ExecuteBatch(const ScheduledBatch& batch);
   // The fatal path: marks the engine dead and finishes every live request with `status`.
@@ -140,6 +144,7 @@ class EngineCore {
   std::vector<int32_t> sampled_;                // [num_sampled] tokens of the current step
   std::vector<TokenLogprobs> logprobs_;         // [num_sampled] when asked
   std::vector<RequestStream*> to_notify_;       // DispatchEvents(): the streams to wake
+  std::vector<RequestStream*> prompt_streams_;  // streams given prompt logprobs this step
   std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
 
   // Shared with frontends.

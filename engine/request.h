@@ -64,6 +64,10 @@ struct Request {
   // Prefix-cache id of the content of block num_cached_blocks - 1: kRootCacheId (1) before the
   // first block, kNoCacheId (0) once a hash collision ended the chain (see BlockPool).
   uint64_t cache_chain_id = 1;
+  // Prompt logprobs (SamplingParams::prompt_logprobs): the logits of prompt positions
+  // [0, num_prompt_logprob_positions) have been delivered (their next tokens' logprobs); never
+  // decreases, so a recompute after preemption delivers nothing twice.
+  int32_t num_prompt_logprob_positions = 0;
 
   // Lifecycle stamps (engine Clock seconds).
   double queued_ts = 0.0;
@@ -81,6 +85,10 @@ struct Request {
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool is_finished() const { return status == RequestStatus::kFinished; }
+  // The prompt positions whose logits prompt logprobs need: [0, num_prompt_tokens - 1), or none.
+  int32_t num_prompt_logprob_targets() const {
+    return sampling.prompt_logprobs ? num_prompt_tokens - 1 : 0;
+  }
 };
 
 }  // namespace tinyserve

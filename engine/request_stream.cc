@@ -1,6 +1,7 @@
 #include "engine/request_stream.h"
 
 #include <chrono>
+#include <iterator>
 #include <utility>
 
 namespace tinyserve {
@@ -9,6 +10,7 @@ void RequestOutput::Clear() {
   token_ids.clear();
   token_ts.clear();
   logprobs.clear();
+  prompt_logprobs.clear();
   events.clear();
   finished = false;
   finish_reason = FinishReason::kNone;
@@ -20,6 +22,7 @@ void RequestOutput::Append(const RequestOutput& d) {
   token_ids.insert(token_ids.end(), d.token_ids.begin(), d.token_ids.end());
   token_ts.insert(token_ts.end(), d.token_ts.begin(), d.token_ts.end());
   logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  prompt_logprobs.insert(prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
   events.insert(events.end(), d.events.begin(), d.events.end());
   if (d.finished) {
     finished = true;
@@ -78,6 +81,20 @@ void RequestStream::PushToken(int32_t token_id, double ts, const TokenLogprobs* 
     pending_.token_ids.push_back(token_id);
     pending_.token_ts.push_back(ts);
     if (logprobs != nullptr) pending_.logprobs.push_back(*logprobs);
+  }
+  if (notify) Notify();
+}
+
+void RequestStream::PushPromptLogprobs(std::vector<TokenLogprobs>&& logprobs, bool notify) {
+  {
+    MutexLock lock(mu_);
+    if (pending_.prompt_logprobs.empty()) {
+      pending_.prompt_logprobs = std::move(logprobs);
+    } else {
+      pending_.prompt_logprobs.insert(pending_.prompt_logprobs.end(),
+                                      std::make_move_iterator(logprobs.begin()),
+                                      std::make_move_iterator(logprobs.end()));
+    }
   }
   if (notify) Notify();
 }

@@ -32,13 +32,19 @@ struct RequestOutput {
   std::vector<int32_t> token_ids;       // [n] new tokens, in order
   std::vector<double> token_ts;         // [n] the output time of the step that made each token
   std::vector<TokenLogprobs> logprobs;  // [n] if the request asked for logprobs, else empty
-  std::vector<RequestEvent> events;     // lifecycle events (never NEW_TOKENS), in order
-  bool finished = false;                // the last delta of the request
+  // Prompt logprobs (SamplingParams::prompt_logprobs), in prompt order: entry i of the whole
+  // request's sequence is prompt token i + 1's (token_id = that token). They arrive chunk by
+  // chunk during the prefill, all of them before (or with) the first token; each exactly once.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  std::vector<RequestEvent> events;  // lifecycle events (never NEW_TOKENS), in order
+  bool finished = false;             // the last delta of the request
   FinishReason finish_reason = FinishReason::kNone;
   std::optional<int32_t> stop_token_id;  // the stop_token_ids entry that finished it
   std::string error_message;             // finish_reason == kError
 
-  bool empty() const { return token_ids.empty() && events.empty() && !finished; }
+  bool empty() const {
+    return token_ids.empty() && prompt_logprobs.empty() && events.empty() && !finished;
+  }
   void Clear();
   // Appends `delta` (a later output of the same request) to this one.
   void Append(const RequestOutput& delta);
@@ -75,6 +81,8 @@ class RequestStream {
   // then the producer calls Notify() once after its batch of pushes (EngineCore: once per stream
   // per step, after every stream of the step has its outputs).
   void PushToken(int32_t token_id, double ts, const TokenLogprobs* logprobs, bool notify = true);
+  // Appends the next prompt logprobs (see RequestOutput::prompt_logprobs).
+  void PushPromptLogprobs(std::vector<TokenLogprobs>&& logprobs, bool notify = true);
   // REQUIRES: event.type != kFinished, kNewTokens
   void PushEvent(const RequestEvent& event, bool notify = true);
   void Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,

@@ -44,9 +44,12 @@ class Sampler {
   // [vocab_size] fp32. Fills *logprobs iff req.sampling.logprobs is set (then REQUIRES: non-null).
   int32_t Sample(const Request& req, const float* logits, TokenLogprobs* logprobs);
 
+  // The raw logprobs of `token` and the top-`n` alternatives (ties: lower id first) from
+  // `logits`, [vocab_size] fp32: what Sample() reports, also used for prompt logprobs.
+  void FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out);
+
  private:
   void ApplyPenalties(const Request& req);
-  void FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out);
 
   const int32_t vocab_size_;
   std::vector<float> x_;         // [vocab] processed logits

@@ -33,6 +33,9 @@ Status SamplingParams::Validate(int32_t vocab_size) const {
   if (logprobs && (*logprobs < 0 || *logprobs > 20)) {
     return InvalidArgument("logprobs must be in [0, 20]");
   }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > 20)) {
+    return InvalidArgument("prompt_logprobs must be in [0, 20]");
+  }
   return Status::Ok();
 }
 

@@ -33,6 +33,11 @@ struct SamplingParams {
   bool ignore_eos = false;
 
   std::optional<int32_t> logprobs;  // top-n logprobs per generated token, n in [0, 20]
+  // Top-n logprobs (n in [0, 20]) of every prompt token after the first: the raw log-softmax of
+  // the logits at position i - 1, evaluated at prompt token i (vLLM's prompt_logprobs). Such a
+  // request reuses no prefix-cache blocks for the positions still to deliver (every position is
+  // computed once), and RequestOutput::prompt_logprobs carries them before the first token.
+  std::optional<int32_t> prompt_logprobs;
 
   bool is_greedy() const { return temperature < 1e-5f; }
 

@@ -10,10 +10,17 @@ int32_t ScheduledBatch::num_sampled() const {
   return n;
 }
 
+int32_t ScheduledBatch::num_prompt_logit_rows() const {
+  int32_t n = 0;
+  for (int32_t c : num_prompt_logits) n += c;
+  return n;
+}
+
 void ScheduledBatch::AddSequence(const std::vector<int32_t>& tokens,
                                  const std::vector<int32_t>& seq_positions,
                                  const std::vector<int64_t>& slots, int32_t context_len,
-                                 const std::vector<int32_t>& blocks, bool wants_logits) {
+                                 const std::vector<int32_t>& blocks, bool wants_logits,
+                                 int32_t prompt_logits_begin, int32_t prompt_logits_count) {
   if (query_start.empty()) query_start.push_back(0);
   token_ids.insert(token_ids.end(), tokens.begin(), tokens.end());
   positions.insert(positions.end(), seq_positions.begin(), seq_positions.end());
@@ -21,6 +28,8 @@ void ScheduledBatch::AddSequence(const std::vector<int32_t>& tokens,
   query_start.push_back(static_cast<int32_t>(token_ids.size()));
   context_lens.push_back(context_len);
   sample.push_back(wants_logits ? 1 : 0);
+  prompt_logits_start.push_back(prompt_logits_begin);
+  num_prompt_logits.push_back(prompt_logits_count);
   const size_t row = block_tables.size();
   block_tables.resize(row + static_cast<size_t>(max_blocks_per_seq), -1);
   for (size_t i = 0; i < blocks.size() && i < static_cast<size_t>(max_blocks_per_seq); ++i) {
@@ -34,8 +43,11 @@ Status ScheduledBatch::Validate(int32_t num_blocks, int32_t block_size) const {
     return InvalidArgument("batch: token_ids, positions and slot_mapping differ in length");
   }
   const size_t seqs = context_lens.size();
-  if (query_start.size() != seqs + 1 || sample.size() != seqs) {
-    return InvalidArgument("batch: query_start must have num_seqs + 1 entries, sample num_seqs");
+  if (query_start.size() != seqs + 1 || sample.size() != seqs ||
+      prompt_logits_start.size() != seqs || num_prompt_logits.size() != seqs) {
+    return InvalidArgument(
+        "batch: query_start must have num_seqs + 1 entries; sample, prompt_logits_start and "
+        "num_prompt_logits num_seqs");
   }
   if (query_start[0] != 0 || static_cast<size_t>(query_start[seqs]) != n) {
     return InvalidArgument("batch: query_start must run from 0 to num_tokens");
@@ -48,6 +60,11 @@ Status ScheduledBatch::Validate(int32_t num_blocks, int32_t block_size) const {
   for (size_t s = 0; s < seqs; ++s) {
     const int32_t begin = query_start[s], end = query_start[s + 1];
     if (end <= begin) return InvalidArgument("batch: sequence " + std::to_string(s) + " is empty");
+    if (prompt_logits_start[s] < 0 || num_prompt_logits[s] < 0 ||
+        prompt_logits_start[s] + num_prompt_logits[s] > end - begin) {
+      return InvalidArgument("batch: sequence " + std::to_string(s) +
+                             " has prompt-logit rows outside its query rows");
+    }
     const int32_t ctx = context_lens[s];
     if (ctx < end - begin || ctx > max_blocks_per_seq * block_size) {
       return InvalidArgument("batch: sequence " + std::to_string(s) + " has context_len " +

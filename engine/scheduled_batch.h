@@ -30,6 +30,12 @@ struct ScheduledBatch {
   std::vector<int32_t> query_start;   // row offsets of each sequence's tokens
   std::vector<int32_t> context_lens;  // tokens in the KV cache after this step (prefix + new)
   std::vector<uint8_t> sample;        // 1 iff logits are wanted for the sequence's last row
+  // Prompt logprobs (SamplingParams::prompt_logprobs): logits are also wanted for the rows
+  // [query_start[s] + prompt_logits_start[s], ... + num_prompt_logits[s]) of sequence s (the
+  // prompt positions whose next prompt token still needs its logprob; 0 rows for most sequences).
+  // Those rows may include the sampled last row; it is then returned twice.
+  std::vector<int32_t> prompt_logits_start;  // row offset within the sequence's query rows
+  std::vector<int32_t> num_prompt_logits;
 
   // Block tables, [num_seqs, max_blocks_per_seq] row-major, int32 block ids, -1 past the end.
   int32_t max_blocks_per_seq = 0;
@@ -40,12 +46,16 @@ struct ScheduledBatch {
   int32_t num_query_tokens(int32_t seq) const { return query_start[seq + 1] - query_start[seq]; }
   // Number of sequences with sample[s] != 0: the rows of ExecutorOutput::logits.
   int32_t num_sampled() const;
+  // Sum of num_prompt_logits: the rows of ExecutorOutput::prompt_logits.
+  int32_t num_prompt_logit_rows() const;
 
   // Appends one sequence. `tokens`/`positions`/`slots` are its query rows; `blocks` its block
-  // table (at most max_blocks_per_seq entries, which must be set first).
+  // table (at most max_blocks_per_seq entries, which must be set first); the last two arguments
+  // its prompt-logit rows (see prompt_logits_start).
   void AddSequence(const std::vector<int32_t>& tokens, const std::vector<int32_t>& seq_positions,
                    const std::vector<int64_t>& slots, int32_t context_len,
-                   const std::vector<int32_t>& blocks, bool wants_logits);
+                   const std::vector<int32_t>& blocks, bool wants_logits,
+                   int32_t prompt_logits_begin = 0, int32_t prompt_logits_count = 0);
 
   // Returns OK iff the batch is self-consistent and every slot and block id lies inside a cache
   // of `num_blocks` blocks of `block_size` tokens.

@@ -183,7 +183,14 @@ const SchedulerOutput& Scheduler::Schedule(double now) {
   while (out_.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Request* req = waiting_.front();
-    const int32_t num_hit_tokens = kv_.FindCachedPrefix(*req, &hits_);
+    int32_t num_hit_tokens = kv_.FindCachedPrefix(*req, &hits_);
+    if (req->num_prompt_logprob_positions < req->num_prompt_logprob_targets()) {
+      // Prompt logprobs still owed: only positions already delivered may come from the cache.
+      const size_t max_hits =
+          static_cast<size_t>(req->num_prompt_logprob_positions / config_.block_size);
+      if (hits_.size() > max_hits) hits_.resize(max_hits);
+      num_hit_tokens = static_cast<int32_t>(hits_.size()) * config_.block_size;
+    }
     int32_t n = req->num_tokens() - num_hit_tokens;
     if (config_.long_prefill_token_threshold > 0) {
       n = std::min(n, config_.long_prefill_token_threshold);
@@ -220,6 +227,8 @@ void Scheduler::BuildBatch() {
   b.query_start.clear();
   b.context_lens.clear();
   b.sample.clear();
+  b.prompt_logits_start.clear();
+  b.num_prompt_logits.clear();
   b.block_tables.clear();
   size_t max_blocks = 0;
   for (const Request* req : out_.requests) max_blocks = std::max(max_blocks, req->block_ids.size());
@@ -237,6 +246,12 @@ void Scheduler::BuildBatch() {
     b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.context_lens.push_back(end);
     b.sample.push_back(end == req.num_tokens() ? 1 : 0);
+    // Prompt logprobs: the positions of this chunk not delivered yet (start never exceeds
+    // num_prompt_logprob_positions: prefix hits stop there, and chunks are contiguous).
+    const int32_t first = std::max(start, req.num_prompt_logprob_positions);
+    const int32_t last = std::min(end, req.num_prompt_logprob_targets());
+    b.prompt_logits_start.push_back(last > first ? first - start : 0);
+    b.num_prompt_logits.push_back(last > first ? last - first : 0);
     b.block_tables.insert(b.block_tables.end(), req.block_ids.begin(), req.block_ids.end());
     b.block_tables.resize(b.block_tables.size() + (max_blocks - req.block_ids.size()), -1);
     stats_.num_computed_tokens += end - start;
@@ -277,6 +292,7 @@ void Scheduler::Update(const std::vector<int32_t>& sampled, double now) {
     req->num_computed_tokens += out_.num_new_tokens[s];
     req->max_computed_tokens = std::max(req->max_computed_tokens, req->num_computed_tokens);
     kv_.CacheComputedBlocks(*req);
+    req->num_prompt_logprob_positions += out_.batch.num_prompt_logits[s];
     if (!out_.batch.sample[s]) continue;
     assert(row < static_cast<int32_t>(sampled.size()));
     req->token_ids.push_back(sampled[row]);

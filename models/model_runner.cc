@@ -255,18 +255,25 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
                         " is past the max model length " + std::to_string(options_.max_model_len));
     }
   }
-  if (use_graphs_ && n == num_seqs && num_seqs <= graph_sizes_.back()) {
+  const int32_t num_prompt_rows = batch.num_prompt_logit_rows();
+  if (use_graphs_ && n == num_seqs && num_seqs <= graph_sizes_.back() && num_prompt_rows == 0) {
     bool one_token_each = true;
     for (int32_t s = 0; s < num_seqs; ++s) one_token_each &= batch.num_query_tokens(s) == 1;
     if (one_token_each) return ExecuteDecodeGraph(batch);
   }
+  // Rows through the final norm and LM head: the sampled rows, then the prompt-logit rows.
   std::vector<int32_t> sample_rows;
   for (int32_t s = 0; s < num_seqs; ++s) {
     if (batch.sample[s]) sample_rows.push_back(batch.query_start[s + 1] - 1);
   }
   const int32_t num_sampled = static_cast<int32_t>(sample_rows.size());
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t first = batch.query_start[s] + batch.prompt_logits_start[s];
+    for (int32_t i = 0; i < batch.num_prompt_logits[s]; ++i) sample_rows.push_back(first + i);
+  }
+  const int32_t num_rows = num_sampled + num_prompt_rows;
   TS_RETURN_IF_ERROR(
-      EnsureWorkspace(n, num_seqs, num_sampled, static_cast<int32_t>(batch.block_tables.size())));
+      EnsureWorkspace(n, num_seqs, num_rows, static_cast<int32_t>(batch.block_tables.size())));
 
   Backend& b = *backend_;
   b.CopyToDevice(d_tokens_.as<void>(), batch.token_ids.data(), n * sizeof(int32_t));
@@ -276,13 +283,13 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
                  (num_seqs + 1) * sizeof(int32_t));
   b.CopyToDevice(d_block_tables_.as<void>(), batch.block_tables.data(),
                  batch.block_tables.size() * sizeof(int32_t));
-  b.CopyToDevice(d_sample_rows_.as<void>(), sample_rows.data(), num_sampled * sizeof(int32_t));
+  b.CopyToDevice(d_sample_rows_.as<void>(), sample_rows.data(), num_rows * sizeof(int32_t));
 
   StepInputs in;
   in.tokens = d_tokens_.as<int32_t>();
   in.slots = d_slots_.as<int64_t>();
   in.sample_rows = d_sample_rows_.as<int32_t>();
-  in.num_sampled = num_sampled;
+  in.num_sampled = num_rows;
   in.meta.num_tokens = n;
   in.meta.num_seqs = num_seqs;
   in.meta.positions = d_positions_.as<int32_t>();
@@ -297,6 +304,12 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   if (num_sampled > 0) {
     out.logits.resize(static_cast<size_t>(num_sampled) * c.vocab_size);
     b.CopyToHost(out.logits.data(), logits_.as<void>(), out.logits.size() * sizeof(float));
+  }
+  if (num_prompt_rows > 0) {
+    out.prompt_logits.resize(static_cast<size_t>(num_prompt_rows) * c.vocab_size);
+    b.CopyToHost(out.prompt_logits.data(),
+                 logits_.as<float>() + static_cast<size_t>(num_sampled) * c.vocab_size,
+                 out.prompt_logits.size() * sizeof(float));
   }
   TS_RETURN_IF_ERROR(b.Synchronize());
   return out;

@@ -4,10 +4,12 @@
 // weight dtype, norms fp32), the paged KV cache (per layer K and V [num_kv_blocks, block_size,
 // num_kv_heads, head_dim] fp32) and the activation workspace, and runs one ScheduledBatch per
 // Execute(): every sequence of the batch is a prefill chunk over its cached prefix or one decode
-// token; logits come back for the sequences that sample. On a backend that records graphs (CUDA),
-// a pure decode step is padded to the next recorded batch size (padding rows write to slot -1) and
-// replayed from a graph recorded on first use; everything else runs eagerly, as on the CPU. Not
-// thread-safe: the engine thread alone calls Execute().
+// token; logits come back for the sequences that sample, and for the prompt-logit rows a batch
+// asks for (prompt logprobs: those rows go through the final norm and LM head with the sampled
+// ones, in the same GEMM; batches without them are unchanged). On a backend that records graphs
+// (CUDA), a pure decode step (with no prompt-logit rows) is padded to the next recorded batch size
+// (padding rows write to slot -1) and replayed from a graph recorded on first use; everything else
+// runs eagerly, as on the CPU. Not thread-safe: the engine thread alone calls Execute().
 #pragma once
 
 #include <cstdint>
@@ -81,7 +83,7 @@ class ModelRunner final : public ModelExecutor {
   struct StepInputs {
     const int32_t* tokens;       // [num_tokens]
     const int64_t* slots;        // [num_tokens]
-    const int32_t* sample_rows;  // [num_sampled]
+    const int32_t* sample_rows;  // [num_sampled] rows for the LM head (sampled + prompt-logit)
     int32_t num_sampled;
     AttentionMetadata meta;
   };

@@ -69,7 +69,8 @@ class FakeExecutor : public ModelExecutor {
     ExecutorOutput out;
     out.vocab_size = vocab_size_;
     out.logits.resize(static_cast<size_t>(batch.num_sampled()) * vocab_size_);
-    int32_t row = 0;
+    out.prompt_logits.resize(static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab_size_);
+    int32_t row = 0, prompt_row = 0;
     for (int32_t s = 0; s < batch.num_seqs(); ++s) {
       const int32_t* table = batch.block_tables.data() + s * batch.max_blocks_per_seq;
       auto slot = [&](int32_t pos) {
@@ -81,6 +82,12 @@ class FakeExecutor : public ModelExecutor {
         EXPECT_NE(prev, kUnwritten) << "sequence " << s << " reads unwritten KV at " << pos - 1;
         EXPECT_EQ(static_cast<size_t>(batch.slot_mapping[t]), slot(pos));
         kv_[slot(pos)] = Mix(prev, batch.token_ids[t], pos);
+      }
+      // Prompt-logit rows: the logits after each of those positions' contexts.
+      const int32_t first = batch.query_start[s] + batch.prompt_logits_start[s];
+      for (int32_t i = 0; i < batch.num_prompt_logits[s]; ++i, ++prompt_row) {
+        LogitsFromState(kv_[slot(batch.positions[first + i])], vocab_size_,
+                        out.prompt_logits.data() + static_cast<size_t>(prompt_row) * vocab_size_);
       }
       if (!batch.sample[s]) continue;
       const uint64_t last = kv_[slot(batch.context_lens[s] - 1)];
