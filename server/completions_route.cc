@@ -42,23 +42,28 @@ class CompletionSseStream final : public SseStream {
         tokenizer_(tokenizer),
         include_usage_(fields.include_usage()),
         continuous_usage_(fields.stream_options && fields.stream_options->continuous_usage_stats),
-        text_offsets_(this->job().choices().size(), 0) {}
+        text_offsets_(this->job().choices().size(), 0),
+        echo_pending_(this->job().choices().size(), false) {}
 
  protected:
+  // The echo is the first chunk of its choice. With prompt logprobs it waits for them: it goes
+  // out just before the choice's first update (they all arrive before the first token).
   void OnStart(std::string* out) override {
     for (size_t i = 0; i < job().choices().size(); ++i) {
       const GenerationJob::Choice& c = *job().choices()[i];
-      const std::string& echo = prompts_[static_cast<size_t>(c.spec.prompt_index)].echo;
-      if (echo.empty()) continue;
-      protocol::CompletionChoice choice;
-      choice.index = c.spec.index;
-      choice.text = echo;
-      text_offsets_[i] = protocol::Utf8Length(echo);
-      *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(i)));
+      if (c.spec.params.prompt_logprobs) {
+        echo_pending_[i] = true;
+      } else if (!prompts_[static_cast<size_t>(c.spec.prompt_index)].echo.empty()) {
+        SendEcho(i, out);
+      }
     }
   }
 
   void OnUpdate(const ChoiceUpdate& u, std::string* out) override {
+    if (echo_pending_[u.choice]) {
+      echo_pending_[u.choice] = false;
+      SendEcho(u.choice, out);
+    }
     const GenerationJob::Choice& c = *job().choices()[u.choice];
     const protocol::ChoiceDelta& d = u.delta;
     const bool with_logprobs = c.spec.params.logprobs.has_value() && !d.logprobs.empty();
@@ -90,6 +95,20 @@ class CompletionSseStream final : public SseStream {
   }
 
  private:
+  void SendEcho(size_t i, std::string* out) {
+    const GenerationJob::Choice& c = *job().choices()[i];
+    const std::string& echo = prompts_[static_cast<size_t>(c.spec.prompt_index)].echo;
+    protocol::CompletionChoice choice;
+    choice.index = c.spec.index;
+    choice.text = echo;
+    if (c.spec.params.prompt_logprobs) {
+      choice.logprobs =
+          protocol::CompletionPromptLogprobsJson(*tokenizer_, c.spec.prompt_ids, c.prompt_logprobs);
+    }
+    text_offsets_[i] = protocol::Utf8Length(echo);
+    *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(i)));
+  }
+
   std::optional<protocol::Usage> UsageOf(size_t i) {
     if (!continuous_usage_) return std::nullopt;
     const GenerationJob::Choice& c = *job().choices()[i];
@@ -108,6 +127,7 @@ class CompletionSseStream final : public SseStream {
   const bool include_usage_;
   const bool continuous_usage_;
   std::vector<size_t> text_offsets_;  // [num_choices] code points sent so far
+  std::vector<bool> echo_pending_;    // [num_choices] the echo waits for the prompt logprobs
 };
 
 }  // namespace
@@ -137,6 +157,9 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
       spec.prompt_index = static_cast<int32_t>(p);
       spec.prompt_ids = info.ids;
       spec.params = *params;
+      // vLLM: echo with logprobs asks for the prompt's logprobs too.
+      if (request.echo && fields.logprobs) spec.params.prompt_logprobs = *fields.logprobs;
+      spec.echo_only = request.echo_only;
       if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
       specs.push_back(std::move(spec));
     }
@@ -177,6 +200,12 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     if (c->spec.params.logprobs) {
       choice.logprobs = protocol::CompletionLogprobsJson(tok, c->logprobs_prev_id, c->logprobs,
                                                          protocol::Utf8Length(prompt.echo));
+      if (c->spec.params.prompt_logprobs) {
+        nlohmann::ordered_json all =
+            protocol::CompletionPromptLogprobsJson(tok, c->spec.prompt_ids, c->prompt_logprobs);
+        protocol::AppendCompletionLogprobs(&all, choice.logprobs);
+        choice.logprobs = std::move(all);
+      }
     }
     choice.finish_reason = c->text.finish_reason();
     choice.stop_reason = c->text.stop_reason();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <utility>
 
 namespace tinyserve {
@@ -93,7 +94,18 @@ bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* 
     if (out.finish_reason == FinishReason::kError) c.error_message = out.error_message;
   }
   if (!out.token_ids.empty() || out.finished) has_output_ = true;
+  c.prompt_logprobs.insert(c.prompt_logprobs.end(),
+                           std::make_move_iterator(out.prompt_logprobs.begin()),
+                           std::make_move_iterator(out.prompt_logprobs.end()));
   if (c.text.finished()) return true;  // after a stop string: only the engine's finish is left
+  if (c.spec.echo_only) {
+    // Nothing generated is shown: drop the token; an engine stop or length reads as length.
+    out.token_ids.clear();
+    out.token_ts.clear();
+    out.logprobs.clear();
+    out.stop_token_id.reset();
+    if (out.finish_reason == FinishReason::kStop) out.finish_reason = FinishReason::kLength;
+  }
   protocol::ChoiceDelta delta = c.text.Consume(out);
   if (!delta.logprobs.empty()) {
     if (c.logprobs.empty()) c.logprobs_prev_id = delta.logprobs_prev_id;

@@ -36,7 +36,10 @@ struct ChoiceSpec {
   int32_t index = 0;                // the choice index of the response
   int32_t prompt_index = 0;         // which prompt it continues
   std::vector<int32_t> prompt_ids;  // [num_prompt_tokens], non-empty
-  SamplingParams params;
+  SamplingParams params;  // params.prompt_logprobs: collect the prompt logprobs (echo + logprobs)
+  // Echo with max_tokens 0: the engine's (one) token is dropped; the choice finishes with reason
+  // length and no text or completion tokens (an error or abort still comes through).
+  bool echo_only = false;
 };
 
 // What one Poll() brought for one choice.
@@ -59,10 +62,12 @@ class GenerationJob {
     std::shared_ptr<RequestStream> stream;
     protocol::ChoiceStream text;
     std::vector<TokenLogprobs> logprobs;  // of the counted tokens, if asked
-    int32_t logprobs_prev_id = -1;        // the token before logprobs[0]
-    std::string error_message;            // finish_reason error
-    bool engine_done = false;             // the engine's finish arrived
-    bool left_waiting = false;            // the gate was told this request left the queue
+    // Of prompt tokens 1.. (spec.params.prompt_logprobs); complete before the first update.
+    std::vector<TokenLogprobs> prompt_logprobs;
+    int32_t logprobs_prev_id = -1;  // the token before logprobs[0]
+    std::string error_message;      // finish_reason error
+    bool engine_done = false;       // the engine's finish arrived
+    bool left_waiting = false;      // the gate was told this request left the queue
   };
 
   // Submits every choice. `fields` gives the stop strings and detokenizer options; `gate` may

@@ -1,6 +1,8 @@
 // OpenAiRoutes: the OpenAI-compatible API of DESIGN §6 on a cpp-httplib server.
 //
-//   POST /v1/completions        completions (every prompt form, n, echo, logprobs, stop, stream)
+//   POST /v1/completions        completions (every prompt form, n, echo, logprobs, stop, stream);
+//                               echo + logprobs: logprobs of the prompt tokens first (vLLM), in
+//                               the echo chunk when streaming (sent once they have all arrived)
 //   POST /v1/chat/completions   chat, prompt from the model's chat template
 //   GET  /v1/models             vLLM's model list (one model: the served name)
 //   GET  /version               {"version": ...}

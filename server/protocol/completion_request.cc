@@ -78,7 +78,15 @@ ApiErrorOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body,
   if (auto it = body.find("max_tokens"); it != body.end() && it->is_null()) {
     req.sampling.max_tokens.reset();  // explicit null: the rest of the context
   }
-  TS_RETURN_IF_API_ERROR(ParseMaxTokensField(body, "max_tokens", &req.sampling.max_tokens));
+  TS_RETURN_IF_API_ERROR(GetBool(body, "echo", "echo", &req.echo));
+  std::optional<int32_t> max_tokens;
+  TS_RETURN_IF_API_ERROR(GetInt32(body, "max_tokens", "max_tokens", &max_tokens));
+  if (req.echo && max_tokens == 0) {
+    req.echo_only = true;  // vLLM: the prompt alone; the engine makes 1 token nobody sees
+    req.sampling.max_tokens = 1;
+  } else {
+    TS_RETURN_IF_API_ERROR(ParseMaxTokensField(body, "max_tokens", &req.sampling.max_tokens));
+  }
   TS_RETURN_IF_API_ERROR(ParseSamplingFields(body, vocab_size, &req.sampling));
   TS_RETURN_IF_API_ERROR(GetInt32(body, "logprobs", "logprobs", &req.sampling.logprobs));
   if (req.sampling.logprobs && *req.sampling.logprobs < 0) {
@@ -90,7 +98,6 @@ ApiErrorOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body,
             ", which is greater than max allowed: " + std::to_string(kMaxLogprobs),
         "logprobs");
   }
-  TS_RETURN_IF_API_ERROR(GetBool(body, "echo", "echo", &req.echo));
   return req;
 }
 

@@ -77,6 +77,27 @@ nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_
   return out;
 }
 
+nlohmann::ordered_json CompletionPromptLogprobsJson(
+    const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
+    const std::vector<TokenLogprobs>& prompt_logprobs) {
+  const std::string first = LogprobTokenText(tokenizer, -1, prompt_ids.front());
+  nlohmann::ordered_json out;
+  out["text_offset"] = nlohmann::ordered_json::array({0});
+  out["token_logprobs"] = nlohmann::ordered_json::array({nullptr});
+  out["tokens"] = nlohmann::ordered_json::array({first});
+  out["top_logprobs"] = nlohmann::ordered_json::array({nullptr});
+  AppendCompletionLogprobs(&out, CompletionLogprobsJson(tokenizer, prompt_ids.front(),
+                                                        prompt_logprobs, Utf8Length(first)));
+  return out;
+}
+
+void AppendCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail) {
+  for (const char* key : {"text_offset", "token_logprobs", "tokens", "top_logprobs"}) {
+    nlohmann::ordered_json& dst = (*head)[key];
+    for (const auto& v : tail.at(key)) dst.push_back(v);
+  }
+}
+
 nlohmann::ordered_json ChatLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
                                         const std::vector<TokenLogprobs>& tokens) {
   nlohmann::ordered_json content = nlohmann::ordered_json::array();

@@ -44,6 +44,19 @@ nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_
                                               size_t text_offset,
                                               size_t* next_text_offset = nullptr);
 
+// The prompt part of an echoed completion's logprobs (vLLM, echo with logprobs): entry 0 is
+// prompt_ids[0] with token_logprobs null and top_logprobs null (it has no context); entry i >= 1
+// is prompt_logprobs[i - 1] (the logprobs of prompt_ids[i]) with the dict rule above. text_offset
+// starts at 0 and advances by each token text's code points. Has 1 + prompt_logprobs.size()
+// entries (fewer than the prompt if only part of them arrived). REQUIRES: prompt_ids non-empty,
+// prompt_logprobs.size() < prompt_ids.size().
+nlohmann::ordered_json CompletionPromptLogprobsJson(
+    const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
+    const std::vector<TokenLogprobs>& prompt_logprobs);
+
+// Appends the entries of `tail` to those of `head` (both CompletionLogprobsJson-shaped).
+void AppendCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail);
+
 nlohmann::ordered_json ChatLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
                                         const std::vector<TokenLogprobs>& tokens);
 

@@ -1,6 +1,7 @@
 // The official `openai` npm client against the real `tinyserve serve` binary (stories260K on a
-// random loopback port, with an API key): completions and chat, plain and streamed, the model
-// list, and the client's error classes for a wrong key, an unknown model and a bad request.
+// random loopback port, with an API key): completions and chat, plain and streamed, prompt
+// scoring with echo + logprobs, the model list, and the client's error classes for a wrong key,
+// an unknown model and a bad request.
 // Run by ctest (label clients) through run_tests.sh, which sets TINYSERVE_BINARY.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -106,6 +107,23 @@ test('chat.completions.create, plain and streamed, give the same greedy text', a
   assert.equal(role, 'assistant');
   assert.equal(content, plain.choices[0].message.content);
   assert.equal(finish, 'length');
+});
+
+test('echo with logprobs and max_tokens 0 scores the prompt (lm-evaluation-harness)', async () => {
+  const scored = await client.completions.create({
+    model: MODEL, prompt, max_tokens: 0, echo: true, logprobs: 1, temperature: 0,
+  });
+  const c = scored.choices[0];
+  assert.equal(c.text, prompt);
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(c.logprobs.tokens.length, 5);  // BOS + 4 prompt tokens
+  assert.equal(c.logprobs.token_logprobs[0], null);
+  assert.equal(c.logprobs.top_logprobs[0], null);
+  for (let i = 1; i < 5; ++i) {
+    assert.ok(c.logprobs.token_logprobs[i] < 0);
+    assert.ok(c.logprobs.tokens[i] in c.logprobs.top_logprobs[i]);
+  }
+  assert.equal(scored.usage.completion_tokens, 0);
 });
 
 test('models.list names the served model', async () => {

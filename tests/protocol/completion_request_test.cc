@@ -61,6 +61,18 @@ TEST(CompletionRequestTest, NullMeansDefaultAndNullMaxTokensMeansRestOfContext) 
   EXPECT_FALSE(req.sampling.max_tokens.has_value());
 }
 
+TEST(CompletionRequestTest, MaxTokensZeroWithEchoIsPureScoring) {
+  // vLLM: the prompt alone comes back; the engine is asked for one token nobody sees.
+  CompletionRequest req =
+      ParseOk(R"({"prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 2})");
+  EXPECT_TRUE(req.echo);
+  EXPECT_TRUE(req.echo_only);
+  EXPECT_EQ(req.sampling.max_tokens, 1);
+  EXPECT_EQ(req.sampling.logprobs, 2);
+  EXPECT_FALSE(ParseOk(R"({"prompt": "x", "max_tokens": 1, "echo": true})").echo_only);
+  EXPECT_FALSE(ParseOk(R"({"prompt": "x", "echo": true})").echo_only);
+}
+
 TEST(CompletionRequestTest, AllFieldsParsed) {
   CompletionRequest req = ParseOk(R"({
     "model": "m", "prompt": "x", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40,
@@ -148,6 +160,10 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "model": 3})", "model", "`model` must be a string, got an integer"},
       {R"({"prompt": "x", "max_tokens": 0})", "max_tokens",
        "max_tokens must be at least 1, got 0."},
+      {R"({"prompt": "x", "max_tokens": 0, "echo": false})", "max_tokens",
+       "max_tokens must be at least 1, got 0."},
+      {R"({"prompt": "x", "max_tokens": -1, "echo": true})", "max_tokens",
+       "max_tokens must be at least 1, got -1."},
       {R"({"prompt": "x", "max_tokens": -5})", "max_tokens", nullptr},
       {R"({"prompt": "x", "max_tokens": "16"})", "max_tokens",
        "`max_tokens` must be an integer, got a string"},

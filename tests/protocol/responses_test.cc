@@ -141,6 +141,32 @@ TEST(LogprobsJsonTest, CompletionLogprobs) {
   EXPECT_EQ(next, 10u);
 }
 
+TEST(LogprobsJsonTest, CompletionPromptLogprobsThenGeneratedOnes) {
+  FakeTokenizer tok({"He", "llo", " wo", "\xC3\xA9"});
+  const int32_t he = tok.Id("He"), llo = tok.Id("llo"), wo = tok.Id(" wo"), e = tok.Id("\xC3\xA9");
+  // Prompt [BOS, He, llo]: BOS has no text, no logprob and no alternatives.
+  const std::vector<int32_t> prompt = {1, he, llo};
+  const std::vector<TokenLogprobs> prompt_lps = {
+      {he, -2.0f, 3, {{wo, -0.5f}}},
+      {llo, -std::numeric_limits<float>::infinity(), 9, {{llo, -1e5f}, {he, -0.75f}}},
+  };
+  nlohmann::ordered_json all = CompletionPromptLogprobsJson(tok, prompt, prompt_lps);
+  EXPECT_EQ(all.dump(),
+            R"({"text_offset":[0,0,2],"token_logprobs":[null,-2.0,-9999.0],)"
+            R"("tokens":["","He","llo"],)"
+            R"("top_logprobs":[null,{"He":-2.0," wo":-0.5},{"llo":-9999.0,"He":-0.75}]})");
+  // Generated tokens continue at the end of the echoed text (5 code points: "Hello").
+  AppendCompletionLogprobs(&all, CompletionLogprobsJson(tok, llo, {{e, -0.125f, 1, {}}}, 5));
+  EXPECT_EQ(all.dump(), R"({"text_offset":[0,0,2,5],"token_logprobs":[null,-2.0,-9999.0,-0.125],)"
+                        R"("tokens":["","He","llo","é"],)"
+                        R"("top_logprobs":[null,{"He":-2.0," wo":-0.5},{"llo":-9999.0,"He":-0.75},)"
+                        R"({"é":-0.125}]})");
+  // Only the first prompt token (a one-token prompt, or none arrived).
+  EXPECT_EQ(CompletionPromptLogprobsJson(tok, {wo}, {}).dump(),
+            R"({"text_offset":[0],"token_logprobs":[null],"tokens":[" wo"],)"
+            R"("top_logprobs":[null]})");
+}
+
 TEST(LogprobsJsonTest, ChatLogprobs) {
   FakeTokenizer tok({"Hi", "\xC3", "!"});
   const int32_t hi = tok.Id("Hi"), c3 = tok.Id("\xC3"), bang = tok.Id("!");

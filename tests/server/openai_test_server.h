@@ -160,9 +160,10 @@ struct TestServerOptions {
   FaultInjectionConfig faults;  // none by default
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
-  int sse_writer_threads = 2;           // HttpServerOptions::sse_writer_threads
-  SseWriterOptions sse_writer_options;  // HttpServerOptions::sse_writer_options
-  int socket_send_buffer_bytes = 0;     // HttpServerOptions::socket_send_buffer_bytes
+  int32_t max_num_batched_tokens = 2048;  // EngineConfig::max_num_batched_tokens
+  int sse_writer_threads = 2;             // HttpServerOptions::sse_writer_threads
+  SseWriterOptions sse_writer_options;    // HttpServerOptions::sse_writer_options
+  int socket_send_buffer_bytes = 0;       // HttpServerOptions::socket_send_buffer_bytes
 };
 
 class OpenAiTestServer {
@@ -178,6 +179,7 @@ class OpenAiTestServer {
     injector_ = std::make_unique<FaultInjectingExecutor>(executor_.get(), options.faults);
     EngineConfig config;
     config.max_num_seqs = options.max_num_seqs;
+    config.max_num_batched_tokens = options.max_num_batched_tokens;
     if (!model.weights->config.stop_token_ids.empty()) {
       config.eos_token_id = model.weights->config.stop_token_ids.front();
     }

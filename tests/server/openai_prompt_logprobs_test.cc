@@ -1,0 +1,301 @@
+// POST /v1/completions with echo + logprobs on the real stories260K model: the choice's logprobs
+// cover the prompt tokens (vLLM's prompt logprobs: the first token null) and then the generated
+// ones; the values equal the log-softmax of llama2.c's logits
+// (../shared/golden/stories260K_logits_once_upon_a_time.json). Streaming and non-streaming agree,
+// with n > 1 and several prompts, chunked prefill and a warm prefix cache; max_tokens 0 with echo
+// scores the prompt alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/protocol/logprobs_json.h"
+#include "server/protocol/utf8.h"
+#include "tests/server/openai_test_server.h"
+
+namespace tinyserve {
+namespace {
+
+using nlohmann::json;
+using testing::OpenAiTestServer;
+using testing::SseEvents;
+using testing::TestServerOptions;
+
+const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378};  // "Once upon a time"
+const std::string kLongPrompt =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
+    "One day, she saw a big red ball in the park.";
+
+json PostOk(const OpenAiTestServer& server, const json& body) {
+  auto res = server.Post("/v1/completions", body);
+  EXPECT_TRUE(res);
+  if (!res) return json();
+  EXPECT_EQ(res->status, 200) << res->body;
+  return json::parse(res->body);
+}
+
+// A streamed completion folded into one choice per index: text, logprobs (arrays concatenated
+// over the chunks that carry logprobs), finish_reason; and the usage chunk's usage.
+struct Streamed {
+  std::map<int, json> choices;
+  json usage;
+  std::vector<json> chunks;  // every choice chunk, in order
+};
+
+Streamed PostStream(const OpenAiTestServer& server, json body) {
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  Streamed out;
+  auto res = server.Post("/v1/completions", body);
+  EXPECT_TRUE(res);
+  if (!res) return out;
+  EXPECT_EQ(res->status, 200) << res->body;
+  const std::vector<std::string> events = SseEvents(res->body);
+  EXPECT_FALSE(events.empty());
+  if (events.empty()) return out;
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (size_t e = 0; e + 1 < events.size(); ++e) {
+    const json chunk = json::parse(events[e]);
+    if (chunk["choices"].empty()) {
+      out.usage = chunk["usage"];
+      continue;
+    }
+    const json& c = chunk["choices"][0];
+    out.chunks.push_back(c);
+    json& acc = out.choices[c["index"].get<int>()];
+    if (acc.is_null()) acc = {{"text", ""}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    acc["text"] = acc["text"].get<std::string>() + c["text"].get<std::string>();
+    if (!c["logprobs"].is_null()) {
+      if (acc["logprobs"].is_null()) {
+        acc["logprobs"] = c["logprobs"];
+      } else {
+        for (const char* key : {"text_offset", "token_logprobs", "tokens", "top_logprobs"}) {
+          for (const auto& v : c["logprobs"][key]) acc["logprobs"][key].push_back(v);
+        }
+      }
+    }
+    if (!c["finish_reason"].is_null()) acc["finish_reason"] = c["finish_reason"];
+  }
+  return out;
+}
+
+// The log-softmax of the golden logits at each prompt position.
+std::vector<std::vector<double>> GoldenLogprobs() {
+  std::ifstream in(std::string(TINYSERVE_SHARED_DIR) +
+                   "/golden/stories260K_logits_once_upon_a_time.json");
+  const json g = json::parse(in);
+  EXPECT_EQ(g["prompt_token_ids"].get<std::vector<int32_t>>(), kPrompt);
+  std::vector<std::vector<double>> out;
+  for (size_t p = 0; p < kPrompt.size(); ++p) {
+    const std::vector<double> logits = g["steps"][p]["logits"].get<std::vector<double>>();
+    const double max = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (double x : logits) sum += std::exp(x - max);
+    std::vector<double> lp;
+    for (double x : logits) lp.push_back(x - max - std::log(sum));
+    out.push_back(std::move(lp));
+  }
+  return out;
+}
+
+// The ids of the n largest entries (ties: lower id first).
+std::vector<int32_t> TopIds(const std::vector<double>& lp, size_t n) {
+  std::vector<int32_t> ids(lp.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return lp[a] > lp[b]; });
+  ids.resize(n);
+  return ids;
+}
+
+// The logprobs objects agree: same tokens, offsets and dict keys; numbers within `tol`.
+void ExpectSameLogprobs(const json& a, const json& b, double tol) {
+  ASSERT_TRUE(a.is_object() && b.is_object()) << a << "\n" << b;
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_EQ(a["text_offset"], b["text_offset"]);
+  ASSERT_EQ(a["token_logprobs"].size(), b["token_logprobs"].size());
+  for (size_t i = 0; i < a["token_logprobs"].size(); ++i) {
+    const json &x = a["token_logprobs"][i], &y = b["token_logprobs"][i];
+    ASSERT_EQ(x.is_null(), y.is_null()) << i;
+    if (!x.is_null()) {
+      EXPECT_NEAR(x.get<double>(), y.get<double>(), tol) << i;
+    }
+    const json &tx = a["top_logprobs"][i], &ty = b["top_logprobs"][i];
+    ASSERT_EQ(tx.is_null(), ty.is_null()) << i;
+    if (tx.is_null()) continue;
+    ASSERT_EQ(tx.size(), ty.size()) << i;
+    for (const auto& [token, lp] : tx.items()) {
+      ASSERT_TRUE(ty.contains(token)) << token;
+      EXPECT_NEAR(lp.get<double>(), ty[token].get<double>(), tol) << token;
+    }
+  }
+}
+
+class PromptLogprobsHttpTest : public ::testing::Test {
+ protected:
+  const Tokenizer& tok() const { return server_.tokenizer(); }
+  OpenAiTestServer server_;
+};
+
+TEST_F(PromptLogprobsHttpTest, EchoWithLogprobsScoresThePromptAsTheReference) {
+  const std::vector<std::vector<double>> golden = GoldenLogprobs();
+  const json r = PostOk(server_, {{"prompt", kPrompt},
+                                  {"max_tokens", 1},
+                                  {"temperature", 0},
+                                  {"echo", true},
+                                  {"logprobs", 5}});
+  const json& c = r["choices"][0];
+  const std::string echo = tok().Decode(kPrompt);
+  const json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), kPrompt.size() + 1);
+  ASSERT_EQ(lp["token_logprobs"].size(), kPrompt.size() + 1);
+  ASSERT_EQ(lp["top_logprobs"].size(), kPrompt.size() + 1);
+  ASSERT_EQ(lp["text_offset"].size(), kPrompt.size() + 1);
+  // The first prompt token has no context.
+  EXPECT_EQ(lp["tokens"][0], protocol::LogprobTokenText(tok(), -1, kPrompt[0]));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  std::string joined = lp["tokens"][0];
+  for (size_t i = 1; i < kPrompt.size(); ++i) {
+    const std::string text = protocol::LogprobTokenText(tok(), kPrompt[i - 1], kPrompt[i]);
+    EXPECT_EQ(lp["tokens"][i], text);
+    EXPECT_EQ(lp["text_offset"][i], protocol::Utf8Length(joined));
+    joined += text;
+    const std::vector<double>& ref = golden[i - 1];
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), ref[kPrompt[i]], 1e-4) << i;
+    // The dict: the prompt token (here also the most likely one) and the top 5.
+    const json& top = lp["top_logprobs"][i];
+    std::vector<int32_t> ids = TopIds(ref, 5);
+    ASSERT_EQ(ids[0], kPrompt[i]);
+    ASSERT_EQ(top.size(), 5u) << top;
+    for (int32_t id : ids) {
+      const std::string t = protocol::LogprobTokenText(tok(), kPrompt[i - 1], id);
+      ASSERT_TRUE(top.contains(t)) << t << " in " << top;
+      EXPECT_NEAR(top[t].get<double>(), ref[id], 1e-4) << t;
+    }
+  }
+  EXPECT_EQ(joined, echo);
+  // Then the generated token, at the end of the echo: the golden argmax at position 4.
+  const std::string gen = protocol::LogprobTokenText(tok(), kPrompt.back(), 432);
+  EXPECT_EQ(lp["tokens"][kPrompt.size()], gen);
+  EXPECT_EQ(lp["text_offset"][kPrompt.size()], protocol::Utf8Length(echo));
+  EXPECT_NEAR(lp["token_logprobs"][kPrompt.size()].get<double>(), golden[4][432], 1e-4);
+  EXPECT_EQ(c["text"], echo + gen);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 1);
+}
+
+TEST_F(PromptLogprobsHttpTest, StreamingAgreesWithNonStreamingForNAndSeveralPrompts) {
+  const json body = {{"prompt", json::array({"Once upon a time", kLongPrompt})},
+                     {"max_tokens", 4},
+                     {"temperature", 0},
+                     {"n", 2},
+                     {"echo", true},
+                     {"logprobs", 2}};
+  const json r = PostOk(server_, body);
+  const Streamed s = PostStream(server_, body);
+  ASSERT_EQ(r["choices"].size(), 4u);
+  ASSERT_EQ(s.choices.size(), 4u);
+  for (const json& c : r["choices"]) {
+    const int index = c["index"];
+    const std::string prompt = index < 2 ? "Once upon a time" : kLongPrompt;
+    const size_t num_prompt = tok().Encode(prompt, true).size();
+    EXPECT_EQ(c["text"].get<std::string>().rfind(prompt, 0), 0u) << index;
+    ASSERT_EQ(c["logprobs"]["tokens"].size(), num_prompt + 4) << index;
+    EXPECT_TRUE(c["logprobs"]["token_logprobs"][0].is_null());
+    const json& sc = s.choices.at(index);
+    EXPECT_EQ(sc["text"], c["text"]) << index;
+    EXPECT_EQ(sc["finish_reason"], c["finish_reason"]);
+    // fp32 rounding differs with the batch's shape (which rows share a GEMM), hence 1e-4
+    // (the golden tolerance of the logits).
+    ExpectSameLogprobs(sc["logprobs"], c["logprobs"], 1e-4);
+    // The samples of one prompt score it alike.
+    ExpectSameLogprobs(r["choices"][index ^ 1]["logprobs"], c["logprobs"], 1e-4);
+  }
+  // Each choice's first chunk is its echo with all of its prompt logprobs.
+  std::map<int, bool> seen;
+  for (const json& c : s.chunks) {
+    const int index = c["index"];
+    if (seen[index]) continue;
+    seen[index] = true;
+    const std::string prompt = index < 2 ? "Once upon a time" : kLongPrompt;
+    EXPECT_EQ(c["text"], prompt);
+    EXPECT_EQ(c["logprobs"]["tokens"].size(), tok().Encode(prompt, true).size());
+  }
+  EXPECT_EQ(s.usage, r["usage"]);
+}
+
+TEST_F(PromptLogprobsHttpTest, EchoAloneAndLogprobsAloneAreUnchanged) {
+  const json echo_only = PostOk(
+      server_,
+      {{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}, {"echo", true}});
+  EXPECT_TRUE(echo_only["choices"][0]["logprobs"].is_null());
+  const json lp_only = PostOk(
+      server_,
+      {{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 1}});
+  const json& lp = lp_only["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  EXPECT_FALSE(lp["token_logprobs"][0].is_null());
+  EXPECT_EQ(echo_only["choices"][0]["text"],
+            "Once upon a time" + lp_only["choices"][0]["text"].get<std::string>());
+  const Streamed s = PostStream(
+      server_,
+      {{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}, {"echo", true}});
+  EXPECT_EQ(s.chunks.front()["text"], "Once upon a time");  // sent before any token
+  EXPECT_TRUE(s.chunks.front()["logprobs"].is_null());
+}
+
+TEST_F(PromptLogprobsHttpTest, MaxTokensZeroWithEchoScoresThePromptAlone) {
+  const json body = {{"prompt", kPrompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}};
+  const json r = PostOk(server_, body);
+  const json& c = r["choices"][0];
+  const std::string echo = tok().Decode(kPrompt);
+  EXPECT_EQ(c["text"], echo);
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(c["logprobs"]["tokens"].size(), kPrompt.size());
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 0);
+  const std::vector<std::vector<double>> golden = GoldenLogprobs();
+  EXPECT_NEAR(c["logprobs"]["token_logprobs"][4].get<double>(), golden[3][kPrompt[4]], 1e-4);
+
+  const Streamed s = PostStream(server_, body);
+  ASSERT_EQ(s.choices.size(), 1u);
+  EXPECT_EQ(s.choices.at(0)["text"], echo);
+  EXPECT_EQ(s.choices.at(0)["finish_reason"], "length");
+  ExpectSameLogprobs(s.choices.at(0)["logprobs"], c["logprobs"], 1e-4);
+  EXPECT_EQ(s.usage["completion_tokens"], 0);
+
+  // Without echo, max_tokens 0 is still an error.
+  auto res = server_.Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 0}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+}
+
+TEST_F(PromptLogprobsHttpTest, WarmPrefixCacheAndChunkedPrefillGiveTheSameValues) {
+  const json body = {{"prompt", kLongPrompt},
+                     {"max_tokens", 2},
+                     {"temperature", 0},
+                     {"echo", true},
+                     {"logprobs", 3}};
+  ASSERT_GT(tok().Encode(kLongPrompt, true).size(), 32u);  // spans two full 16-token blocks
+  const json cold = PostOk(server_, body)["choices"][0];
+  // The same prompt again, now in the prefix cache: every position is still scored.
+  const json warm = PostOk(server_, body)["choices"][0];
+  EXPECT_EQ(warm["logprobs"], cold["logprobs"]);
+  // Prefill in chunks of 7 tokens on another server.
+  TestServerOptions options;
+  options.max_num_batched_tokens = 7;
+  OpenAiTestServer chunked(options);
+  const json c7 = PostOk(chunked, body)["choices"][0];
+  EXPECT_EQ(c7["text"], cold["text"]);
+  ExpectSameLogprobs(c7["logprobs"], cold["logprobs"], 1e-4);
+}
+
+}  // namespace
+}  // namespace tinyserve
