@@ -1,7 +1,8 @@
 // stories260K on the CUDA backend: fp32 reproduces ../shared/golden token for token with logits
 // within 1e-4 of the CPU; bf16 logits stay within a stated tolerance; CUDA-graph decode gives what
-// eager decode gives; and the engine invariant (a preemption-heavy run equals solo runs) holds on
-// the GPU. Skips without a CUDA device.
+// eager decode gives; prompt-logit rows (prompt logprobs) equal the CPU's; and the engine
+// invariant (a preemption-heavy run equals solo runs) holds on the GPU. Skips without a CUDA
+// device.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -269,6 +270,38 @@ TEST_F(CudaModelTest, GraphDecodeEqualsEagerDecode) {
   }
   // Padding to the graph's batch size may change the attention split, hence summation order.
   EXPECT_LE(MaxLogitDiff(runs[0], runs[1]), 1e-3f);
+}
+
+TEST_F(CudaModelTest, PromptLogitRowsEqualTheCpuOnes) {
+  // Prompt logprobs ask for logits of rows besides the sampled ones: a prefill whose first four
+  // rows are wanted, and a one-token-each step (decode-shaped, so not a graph replay here).
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 8);
+  auto gpu = MakeRunner(MakeCudaBackend(DType::kFloat32), 16, 8, /*enforce_eager=*/false);
+  ASSERT_NE(gpu, nullptr);
+  ScheduledBatch prefill;
+  prefill.max_blocks_per_seq = 1;
+  prefill.AddSequence({1, 403, 407, 261, 378}, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}, 5, {0}, true, 0,
+                      4);
+  ScheduledBatch ones;
+  ones.max_blocks_per_seq = 1;
+  ones.AddSequence({1}, {0}, {16}, 1, {1}, false, 0, 1);
+  ones.AddSequence({403}, {0}, {32}, 1, {2}, true);
+  for (const ScheduledBatch* batch : {&prefill, &ones}) {
+    auto want = cpu->Execute(*batch);
+    auto got = gpu->Execute(*batch);
+    ASSERT_TRUE(want.ok() && got.ok());
+    ASSERT_EQ(got->prompt_logits.size(), want->prompt_logits.size());
+    ASSERT_EQ(got->logits.size(), want->logits.size());
+    float worst = 0.0f;
+    for (size_t i = 0; i < want->prompt_logits.size(); ++i) {
+      worst = std::max(worst, std::abs(got->prompt_logits[i] - want->prompt_logits[i]));
+    }
+    for (size_t i = 0; i < want->logits.size(); ++i) {
+      worst = std::max(worst, std::abs(got->logits[i] - want->logits[i]));
+    }
+    EXPECT_LE(worst, 1e-4f);
+  }
+  EXPECT_EQ(gpu->num_recorded_graphs(), 0);
 }
 
 }  // namespace
