@@ -295,6 +295,13 @@ TEST_F(PromptLogprobsHttpTest, WarmPrefixCacheAndChunkedPrefillGiveTheSameValues
   const json c7 = PostOk(chunked, body)["choices"][0];
   EXPECT_EQ(c7["text"], cold["text"]);
   ExpectSameLogprobs(c7["logprobs"], cold["logprobs"], 1e-4);
+  // Streamed, the echo chunk waits for the last chunk's prompt logprobs and carries them all.
+  const Streamed s7 = PostStream(chunked, body);
+  ASSERT_FALSE(s7.chunks.empty());
+  EXPECT_EQ(s7.chunks.front()["text"], kLongPrompt);
+  EXPECT_EQ(s7.chunks.front()["logprobs"]["tokens"].size(), tok().Encode(kLongPrompt, true).size());
+  EXPECT_EQ(s7.choices.at(0)["text"], cold["text"]);
+  ExpectSameLogprobs(s7.choices.at(0)["logprobs"], cold["logprobs"], 1e-4);
 }
 
 }  // namespace
