@@ -1,6 +1,7 @@
-// The invariant of DESIGN §3 on the fake model: every request's output is the same whether it
-// ran alone, in a batch, or was preempted any number of times (greedy or seeded sampling, prefix
-// caching on or off, either policy); aborts at random moments leak no blocks; the engine thread
+// The invariant of DESIGN §3 on the fake model: every request's output (and, for those that ask,
+// its prompt logprobs, each position once) is the same whether it ran alone, in a batch, or was
+// preempted any number of times (greedy or seeded sampling, prefix caching on or off, either
+// policy); aborts at random moments leak no blocks; the engine thread
 // serves many concurrent clients and shuts down cleanly.
 #include <algorithm>
 #include <map>
@@ -22,6 +23,7 @@ namespace {
 using testing::FakeExecutor;
 using testing::RecordingObserver;
 using Outputs = std::map<std::string, std::vector<int32_t>>;
+using PromptLogprobs = std::map<std::string, std::vector<TokenLogprobs>>;
 
 constexpr int32_t kVocab = 32;
 constexpr int32_t kMaxModelLen = 64;
@@ -44,6 +46,7 @@ std::vector<EngineRequest> MakeRequests(int n, uint32_t seed, bool sampled) {
     r.sampling.ignore_eos = true;
     r.priority = static_cast<int32_t>(rng() % 3);
     r.arrival_ts = 0.001 * i;
+    if (i % 4 == 1) r.sampling.prompt_logprobs = i % 5;  // some of them share the cached prefix
     if (sampled) {
       r.sampling.temperature = 0.8f;
       r.sampling.top_p = 0.95f;
@@ -56,7 +59,8 @@ std::vector<EngineRequest> MakeRequests(int n, uint32_t seed, bool sampled) {
   return reqs;
 }
 
-Outputs RunAlone(const std::vector<EngineRequest>& reqs) {
+Outputs RunAlone(const std::vector<EngineRequest>& reqs,
+                 PromptLogprobs* prompt_logprobs = nullptr) {
   Outputs out;
   for (const EngineRequest& r : reqs) {
     FakeClock clock;
@@ -68,12 +72,14 @@ Outputs RunAlone(const std::vector<EngineRequest>& reqs) {
     RequestOutput all;
     EXPECT_TRUE((*stream)->WaitForFinish(&all, 0));
     out[r.request_id] = all.token_ids;
+    if (prompt_logprobs != nullptr) (*prompt_logprobs)[r.request_id] = all.prompt_logprobs;
   }
   return out;
 }
 
 struct BatchedRun {
   Outputs outputs;
+  PromptLogprobs prompt_logprobs;
   int32_t num_preemptions = 0;
   int64_t prefix_cache_hits = 0;
   int32_t num_free_blocks = 0;
@@ -114,6 +120,7 @@ BatchedRun RunBatched(const std::vector<EngineRequest>& reqs, int32_t num_blocks
     EXPECT_TRUE(stream->WaitForFinish(&all, 0)) << id;
     EXPECT_EQ(all.finish_reason, FinishReason::kLength) << id;
     run.outputs[id] = all.token_ids;
+    run.prompt_logprobs[id] = all.prompt_logprobs;
   }
   for (const SchedulerStats& s : recorder.steps) {
     run.num_preemptions += s.num_preemptions;
@@ -135,7 +142,8 @@ class InvariantTest : public ::testing::TestWithParam<InvariantCase> {};
 TEST_P(InvariantTest, OutputsMatchRunningAloneDespitePreemptions) {
   const InvariantCase c = GetParam();
   const std::vector<EngineRequest> reqs = MakeRequests(48, 7, c.sampled);
-  const Outputs alone = RunAlone(reqs);
+  PromptLogprobs alone_prompt_logprobs;
+  const Outputs alone = RunAlone(reqs, &alone_prompt_logprobs);
   const BatchedRun batched =
       RunBatched(reqs, /*num_blocks=*/20, c.prefix_caching, c.policy, c.hash_fn);
   EXPECT_GE(batched.num_preemptions, 20);
@@ -147,6 +155,16 @@ TEST_P(InvariantTest, OutputsMatchRunningAloneDespitePreemptions) {
   EXPECT_EQ(batched.num_free_blocks, 20);
   for (const EngineRequest& r : reqs) {
     EXPECT_EQ(batched.outputs.at(r.request_id), alone.at(r.request_id)) << r.request_id;
+    const std::vector<TokenLogprobs>& got = batched.prompt_logprobs.at(r.request_id);
+    const std::vector<TokenLogprobs>& want = alone_prompt_logprobs.at(r.request_id);
+    ASSERT_EQ(got.size(), r.sampling.prompt_logprobs ? r.prompt_token_ids.size() - 1 : 0)
+        << r.request_id;
+    ASSERT_EQ(got.size(), want.size()) << r.request_id;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].token_id, r.prompt_token_ids[i + 1]) << r.request_id << " " << i;
+      EXPECT_EQ(got[i].logprob, want[i].logprob) << r.request_id << " " << i;
+      EXPECT_EQ(got[i].top, want[i].top) << r.request_id << " " << i;
+    }
   }
 }
 
