@@ -8,6 +8,11 @@
 // priority: the largest (priority, arrival)) and retries; if the victim is itself, the running
 // pass stops. A waiting request that does not fit waits; nobody is preempted for it.
 //
+// Prompt logprobs (SamplingParams::prompt_logprobs): the batch asks for the logits of each prompt
+// position of a chunk not delivered yet (Request::num_prompt_logprob_positions, advanced in
+// Update()), and such a request takes prefix-cache hits only over positions already delivered
+// (none on its first admission, as vLLM V1), so every position is computed and delivered once.
+//
 // Preemption is by recompute: all blocks freed, num_computed_tokens = 0, outputs kept, status
 // PREEMPTED, PREEMPTED event, back to the head of the waiting queue (priority policy: to its place
 // in (priority, arrival) order). On resume the prompt and outputs are prefilled again.
