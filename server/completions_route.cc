@@ -14,6 +14,7 @@
 #include "server/protocol/completion_request.h"
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
+#include "server/protocol/stream_chunks.h"
 #include "server/protocol/utf8.h"
 #include "server/sse_stream.h"
 
@@ -38,6 +39,7 @@ class CompletionSseStream final : public SseStream {
                       const Tokenizer* tokenizer, const protocol::SamplingFields& fields)
       : SseStream(std::move(job), watch),
         meta_(std::move(meta)),
+        chunks_(meta_, protocol::StreamChunks::Kind::kCompletion),
         prompts_(std::move(prompts)),
         tokenizer_(tokenizer),
         include_usage_(fields.include_usage()),
@@ -54,7 +56,7 @@ class CompletionSseStream final : public SseStream {
       choice.index = c.spec.index;
       choice.text = echo;
       text_offsets_[i] = protocol::Utf8Length(echo);
-      *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(i)));
+      chunks_.AppendCompletionChunk(choice, UsageOf(i), out);
     }
   }
 
@@ -81,12 +83,12 @@ class CompletionSseStream final : public SseStream {
       choice.finish_reason = d.finish_reason;
       choice.stop_reason = d.stop_reason;
     }
-    *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(u.choice)));
+    chunks_.AppendCompletionChunk(choice, UsageOf(u.choice), out);
   }
 
   void OnFinish(std::string* out) override {
     if (!include_usage_) return;
-    *out += protocol::SseData(protocol::CompletionUsageChunkJson(meta_, TotalUsage()));
+    chunks_.AppendUsageChunk(TotalUsage(), out);
   }
 
  private:
@@ -103,6 +105,7 @@ class CompletionSseStream final : public SseStream {
   }
 
   const protocol::ResponseMeta meta_;
+  const protocol::StreamChunks chunks_;
   const std::vector<PromptInfo> prompts_;
   const Tokenizer* const tokenizer_;
   const bool include_usage_;

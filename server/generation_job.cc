@@ -78,7 +78,9 @@ void GenerationJob::LeaveWaiting(Choice& c) {
 
 bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* updates) {
   Choice& c = *choices_[i];
-  RequestOutput out;
+  // The stream swaps its pending buffers with this one's (cleared) buffers: after the first steps
+  // neither side allocates per token.
+  RequestOutput& out = take_buffer_;
   const bool got = timeout_s > 0 ? c.stream->Next(&out, timeout_s) : c.stream->TryNext(&out);
   if (!got) return false;
   if (!c.left_waiting) {
