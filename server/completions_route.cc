@@ -72,10 +72,11 @@ class CompletionSseStream final : public SseStream {
     protocol::CompletionChoice choice;
     choice.index = c.spec.index;
     choice.text = d.text;
+    logprobs_json_.clear();
     if (with_logprobs) {
-      choice.logprobs =
-          protocol::CompletionLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs,
-                                           text_offsets_[u.choice], &text_offsets_[u.choice]);
+      protocol::AppendCompletionLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs,
+                                             text_offsets_[u.choice], &text_offsets_[u.choice],
+                                             &logprobs_json_);
     } else {
       text_offsets_[u.choice] += protocol::Utf8Length(d.text);
     }
@@ -83,7 +84,7 @@ class CompletionSseStream final : public SseStream {
       choice.finish_reason = d.finish_reason;
       choice.stop_reason = d.stop_reason;
     }
-    chunks_.AppendCompletionChunk(choice, UsageOf(u.choice), out);
+    chunks_.AppendCompletionChunk(choice, UsageOf(u.choice), out, logprobs_json_);
   }
 
   void OnFinish(std::string* out) override {
@@ -111,6 +112,7 @@ class CompletionSseStream final : public SseStream {
   const bool include_usage_;
   const bool continuous_usage_;
   std::vector<size_t> text_offsets_;  // [num_choices] code points sent so far
+  std::string logprobs_json_;         // OnUpdate's logprobs object, reused
 };
 
 }  // namespace

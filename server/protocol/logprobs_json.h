@@ -44,6 +44,12 @@ nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_
                                               size_t text_offset,
                                               size_t* next_text_offset = nullptr);
 
+// Appends DumpJson(CompletionLogprobsJson(...)) for the same arguments to *out, without building
+// the JSON tree (the streaming hot path).
+void AppendCompletionLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                  const std::vector<TokenLogprobs>& tokens, size_t text_offset,
+                                  size_t* next_text_offset, std::string* out);
+
 nlohmann::ordered_json ChatLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
                                         const std::vector<TokenLogprobs>& tokens);
 

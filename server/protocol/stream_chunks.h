@@ -5,11 +5,10 @@
 // is made once, and each chunk appends its choice and its usage.
 //
 // Contract: every method appends exactly the bytes of SseData(<the matching builder of
-// responses.h>) for the same arguments (compact JSON, keys in the same order, strings escaped as
-// nlohmann::json does: `"`, `\`, \b \f \n \r \t and \u00XX for other control bytes, everything
-// else verbatim; a string that is not well-formed UTF-8 goes through nlohmann's lossy dump). The
-// logprobs objects are still nlohmann values (dumped as they are). tests/protocol pin the
-// equality over a catalogue and random inputs.
+// responses.h>) for the same arguments (compact JSON, keys in the same order, values written by
+// json_writer.h). A logprobs object comes as an nlohmann value (dumped as it is) or, for the
+// completion chunk, as its JSON text already written (AppendCompletionLogprobsJson).
+// tests/protocol pin the equality over a catalogue and random inputs.
 //
 // Immutable after construction; thread-compatible.
 #pragma once
@@ -24,19 +23,16 @@
 
 namespace tinyserve::protocol {
 
-// Appends `text` as a JSON string literal (quotes included), byte-for-byte as
-// nlohmann::ordered_json(text).dump() with error_handler_t::replace.
-void AppendJsonString(std::string_view text, std::string* out);
-
 class StreamChunks {
  public:
   enum class Kind { kCompletion, kChat };
 
   StreamChunks(const ResponseMeta& meta, Kind kind);
 
-  // SseData(CompletionChunkJson(meta, choice, usage)). REQUIRES: kind kCompletion.
+  // SseData(CompletionChunkJson(meta, choice, usage)); with `logprobs_json` non-empty, that text
+  // is the choice's logprobs (choice.logprobs is then not looked at). REQUIRES: kind kCompletion.
   void AppendCompletionChunk(const CompletionChoice& choice, const std::optional<Usage>& usage,
-                             std::string* out) const;
+                             std::string* out, std::string_view logprobs_json = {}) const;
   // SseData(ChatRoleChunkJson(meta, index)). REQUIRES: kind kChat.
   void AppendChatRoleChunk(int32_t index, std::string* out) const;
   // SseData(ChatContentChunkJson(meta, index, content, logprobs, usage)). REQUIRES: kind kChat.

@@ -1,72 +1,26 @@
-// StreamChunks must write exactly the bytes of SseData(<the JSON builder>) (its contract): checked
-// over a catalogue of awkward strings and over random ones.
+// StreamChunks and AppendCompletionLogprobsJson must write exactly the bytes of SseData(<the JSON
+// builder>) / DumpJson(CompletionLogprobsJson) (their contracts): checked over catalogues and
+// random inputs.
 #include "server/protocol/stream_chunks.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "models/tokenizer/llama2c_tokenizer.h"
+#include "server/protocol/logprobs_json.h"
+#include "tests/protocol/awkward_strings.h"
+#include "tests/protocol/fake_tokenizer.h"
+
 namespace tinyserve::protocol {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::string Expected(const Json& value) { return DumpJson(value); }
-
-std::string Written(std::string_view text) {
-  std::string out;
-  AppendJsonString(text, &out);
-  return out;
-}
-
-// Strings that exercise every escape rule and the invalid-UTF-8 fallback.
-std::vector<std::string> Catalogue() {
-  std::vector<std::string> out = {
-      "",
-      "Once upon a time",
-      " there",
-      "\"quoted\" and \\backslash\\",
-      "line\nbreak\r\n\ttab\b\f",
-      std::string("nul\0inside", 10),
-      "\x01\x02\x1e\x1f\x7f",
-      "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80",  // é € 😀
-      "\xEF\xBF\xBD",                               // U+FFFD itself
-      "\xC3",                                       // truncated 2-byte sequence
-      "a\x80z",                                     // lone continuation byte
-      "\xED\xA0\x80",                               // a surrogate (invalid in UTF-8)
-      "\xF4\x90\x80\x80",                           // above U+10FFFF
-      "\xC0\xAF",                                   // overlong
-      "ok \xE2\x82 then \xF0\x9F\x98",              // two incomplete sequences
-      "</script>\u2028\u2029",
-  };
-  for (int c = 0; c < 0x20; ++c) out.push_back(std::string(1, static_cast<char>(c)) + "x");
-  return out;
-}
-
-TEST(StreamChunksTest, JsonStringEqualsNlohmannDump) {
-  for (const std::string& s : Catalogue()) {
-    EXPECT_EQ(Written(s), Expected(Json(s))) << "input bytes: " << Json(s).dump(-1, ' ', true);
-  }
-}
-
-TEST(StreamChunksTest, JsonStringEqualsNlohmannDumpOnRandomBytes) {
-  std::mt19937 rng(12345);
-  // Mostly text-like bytes, with control, quote, backslash and high bytes mixed in.
-  const std::string alphabet = std::string("abc \"\\\n\t\x01\x1f\x7f", 12) +
-                               "\xC3\xA9\xE2\x82\xAC" + "\xF0\x9F\x98\x80\x80\xBF\xC0\xFF\xED";
-  std::uniform_int_distribution<size_t> len(0, 24);
-  std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
-  for (int i = 0; i < 20000; ++i) {
-    std::string s;
-    const size_t n = len(rng);
-    for (size_t k = 0; k < n; ++k) s.push_back(alphabet[pick(rng)]);
-    ASSERT_EQ(Written(s), Expected(Json(s))) << "case " << i;
-  }
-}
 
 // Metas whose id and model need escaping too.
 std::vector<ResponseMeta> Metas(const std::string& prefix) {
@@ -99,7 +53,7 @@ TEST(StreamChunksTest, CompletionChunksEqualTheJsonBuilders) {
   int checked = 0;
   for (const ResponseMeta& meta : Metas("cmpl-")) {
     const StreamChunks chunks(meta, StreamChunks::Kind::kCompletion);
-    for (const std::string& text : Catalogue()) {
+    for (const std::string& text : AwkwardStrings()) {
       for (const int32_t index : {0, 7, 123456}) {
         for (const FinishReason finish : kFinishReasons) {
           for (const StopReason& stop : StopReasons()) {
@@ -135,7 +89,7 @@ TEST(StreamChunksTest, ChatChunksEqualTheJsonBuilders) {
       chunks.AppendChatRoleChunk(index, &out);
       ASSERT_EQ(out, SseData(ChatRoleChunkJson(meta, index)));
       for (const auto& usage : Usages()) {
-        for (const std::string& text : Catalogue()) {
+        for (const std::string& text : AwkwardStrings()) {
           for (const bool logprobs : {false, true}) {
             const Json lp = logprobs ? SomeLogprobs() : Json(nullptr);
             out.clear();
@@ -172,6 +126,61 @@ TEST(StreamChunksTest, ExactCompletionChunk) {
             R"("stop_reason":null}],"usage":{"prompt_tokens":1,"total_tokens":3,)"
             R"("completion_tokens":2}})"
             "\n\n");
+}
+
+// A random logprobs delta over `tok`'s ids [3, vocab) (repeated alternatives included).
+std::vector<TokenLogprobs> RandomLogprobs(std::mt19937* rng, int32_t vocab) {
+  std::uniform_int_distribution<int32_t> id(3, vocab - 1);
+  std::uniform_int_distribution<int> count(0, 4);
+  std::uniform_int_distribution<int> top_n(0, 5);
+  std::uniform_real_distribution<float> logprob(-30.0f, 0.0f);
+  std::vector<TokenLogprobs> out(static_cast<size_t>(count(*rng)));
+  for (TokenLogprobs& t : out) {
+    t.token_id = id(*rng);
+    t.logprob = (*rng)() % 16 == 0 ? -std::numeric_limits<float>::infinity() : logprob(*rng);
+    t.rank = 1 + top_n(*rng);
+    for (int k = top_n(*rng); k > 0; --k) t.top.emplace_back(id(*rng), logprob(*rng));
+  }
+  return out;
+}
+
+void ExpectFastLogprobsEqualTheJson(const Tokenizer& tok, int cases, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int i = 0; i < cases; ++i) {
+    const std::vector<TokenLogprobs> lps = RandomLogprobs(&rng, tok.vocab_size());
+    const int32_t prev = static_cast<int32_t>(rng() % static_cast<uint32_t>(tok.vocab_size()));
+    const size_t offset = rng() % 1000;
+    size_t next_fast = 0;
+    size_t next_json = 0;
+    std::string out = "kept|";
+    AppendCompletionLogprobsJson(tok, prev, lps, offset, &next_fast, &out);
+    ASSERT_EQ(out, "kept|" + DumpJson(CompletionLogprobsJson(tok, prev, lps, offset, &next_json)))
+        << "case " << i;
+    ASSERT_EQ(next_fast, next_json) << "case " << i;
+  }
+}
+
+TEST(StreamChunksTest, FastCompletionLogprobsEqualTheJson) {
+  // Awkward pieces: escapes, byte-fallback halves, and two ids with the same text.
+  FakeTokenizer fake({"He", "llo", " wo", "\xC3", "\xA9", "\"q\"", "\n", "dup", "dup", "\x01"});
+  ExpectFastLogprobsEqualTheJson(fake, 3000, 1);
+  // The real Llama-2 vocabulary (pieces depend on the previous token).
+  auto llama = LoadLlama2cTokenizer(TINYSERVE_SHARED_DIR "/models/tokenizer.bin", 32000);
+  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
+  ExpectFastLogprobsEqualTheJson(**llama, 3000, 2);
+  // And through the chunk.
+  const StreamChunks chunks({"cmpl-1", 1, "m"}, StreamChunks::Kind::kCompletion);
+  std::string lp;
+  AppendCompletionLogprobsJson(fake, 1, {{fake.Id("He"), -0.5f, 1, {}}}, 0, nullptr, &lp);
+  std::string out;
+  chunks.AppendCompletionChunk({0, "He", nullptr, FinishReason::kNone, {}}, std::nullopt, &out, lp);
+  EXPECT_EQ(out, SseData(CompletionChunkJson(
+                     {"cmpl-1", 1, "m"},
+                     {0,
+                      "He",
+                      CompletionLogprobsJson(fake, 1, {{fake.Id("He"), -0.5f, 1, {}}}, 0),
+                      FinishReason::kNone,
+                      {}})));
 }
 
 }  // namespace
