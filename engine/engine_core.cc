@@ -183,7 +183,7 @@ void EngineCore::DispatchEvents(bool notify) {
 }
 
 void EngineCore::NotifyStreams() {
-  for (RequestStream* stream : to_notify_) stream->Notify();
+  RequestStream::NotifyAll(to_notify_);
   to_notify_.clear();
 }
 

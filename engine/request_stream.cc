@@ -120,15 +120,33 @@ void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> 
   if (notify) Notify();
 }
 
-void RequestStream::Notify() {
+std::shared_ptr<StreamWaker> RequestStream::WakeWithoutFlush() {
   cv_.notify_all();
-  if (!has_waker_.load(std::memory_order_acquire)) return;
+  if (!has_waker_.load(std::memory_order_acquire)) return nullptr;
   std::shared_ptr<StreamWaker> waker;
   {
     MutexLock lock(mu_);
     waker = waker_;
   }
   if (waker != nullptr) waker->Wake();
+  return waker;
+}
+
+void RequestStream::Notify() {
+  if (std::shared_ptr<StreamWaker> waker = WakeWithoutFlush()) waker->Flush();
+}
+
+void RequestStream::NotifyAll(const std::vector<RequestStream*>& streams) {
+  // Every waker is flushed after all of them were woken. Wakers sharing a consumer (the SSE
+  // writer's) make its system call on the first Flush; the later ones find it done.
+  std::vector<std::shared_ptr<StreamWaker>> to_flush;
+  to_flush.reserve(streams.size());
+  for (RequestStream* stream : streams) {
+    if (std::shared_ptr<StreamWaker> waker = stream->WakeWithoutFlush()) {
+      to_flush.push_back(std::move(waker));
+    }
+  }
+  for (const auto& waker : to_flush) waker->Flush();
 }
 
 void RequestStream::SetWaker(std::shared_ptr<StreamWaker> waker) {

@@ -51,12 +51,17 @@ struct RequestOutput {
 };
 
 // Told whenever a stream it is attached to wakes its consumer (on the producer's thread, after
-// the stream's new outputs are in: once per stream per engine step). Wake() must be quick and must
-// not call back into the stream.
+// the stream's new outputs are in: once per stream per engine step). Wake() marks the stream; a
+// waker may hold back the consumer's wake-up (its system call) until Flush(), so that one engine
+// step wakes a consumer of many streams once, after marking all of them (RequestStream::
+// NotifyAll). Both must be quick and must not call back into the stream.
 class StreamWaker {
  public:
   virtual ~StreamWaker() = default;
   virtual void Wake() = 0;
+  // Delivers the wake-ups held back by earlier Wake() calls (of this waker or of others sharing
+  // its consumer).
+  virtual void Flush() {}
 };
 
 class RequestStream {
@@ -88,8 +93,10 @@ class RequestStream {
   void Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
               const std::string& error_message, bool notify = true);
   // Wakes the consumer if it waits in Next() (cheap when nobody waits: no system call), and the
-  // waker if one is set.
+  // waker if one is set (Wake() then Flush()).
   void Notify();
+  // Notify() for each of `streams`, with every waker's Flush() after all the Wake() calls.
+  static void NotifyAll(const std::vector<RequestStream*>& streams);
 
   // From now on Notify() (and every notifying push) also calls waker->Wake(); null detaches.
   // Thread-safe.
@@ -97,6 +104,8 @@ class RequestStream {
 
  private:
   bool TakeLocked(RequestOutput* out) TS_REQUIRES(mu_);
+  // Wakes a consumer waiting in Next() and returns the waker (null if none) after its Wake().
+  std::shared_ptr<StreamWaker> WakeWithoutFlush();
 
   const std::string request_id_;
   mutable Mutex mu_;

@@ -16,6 +16,7 @@
 #include "server/protocol/chat_template.h"
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
+#include "server/protocol/stream_chunks.h"
 #include "server/sse_stream.h"
 
 namespace tinyserve {
@@ -34,6 +35,7 @@ class ChatSseStream final : public SseStream {
                 const protocol::ChatRequest& request)
       : SseStream(std::move(job), watch),
         meta_(std::move(meta)),
+        chunks_(meta_, protocol::StreamChunks::Kind::kChat),
         num_prompt_tokens_(num_prompt_tokens),
         tokenizer_(tokenizer),
         logprobs_(request.logprobs),
@@ -44,7 +46,7 @@ class ChatSseStream final : public SseStream {
  protected:
   void OnStart(std::string* out) override {
     for (const auto& c : job().choices()) {
-      *out += protocol::SseData(protocol::ChatRoleChunkJson(meta_, c->spec.index));
+      chunks_.AppendChatRoleChunk(c->spec.index, out);
     }
   }
 
@@ -56,23 +58,21 @@ class ChatSseStream final : public SseStream {
       if (logprobs_ && !d.logprobs.empty()) {
         logprobs = protocol::ChatLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs);
       }
-      *out += protocol::SseData(
-          protocol::ChatContentChunkJson(meta_, c.spec.index, d.text, logprobs, UsageOf(c)));
+      chunks_.AppendChatContentChunk(c.spec.index, d.text, logprobs, UsageOf(c), out);
     }
     if (!d.finished) return;
     if (d.finish_reason == FinishReason::kError) {
       *out += protocol::SseData(
           ApiError::Make(500, "The request failed in the engine: " + c.error_message).ToJson());
     }
-    *out += protocol::SseData(protocol::ChatFinishChunkJson(meta_, c.spec.index, d.finish_reason,
-                                                            d.stop_reason, UsageOf(c)));
+    chunks_.AppendChatFinishChunk(c.spec.index, d.finish_reason, d.stop_reason, UsageOf(c), out);
   }
 
   void OnFinish(std::string* out) override {
     if (!include_usage_) return;
     protocol::Usage usage{num_prompt_tokens_, 0};
     for (const auto& c : job().choices()) usage.completion_tokens += c->text.num_tokens();
-    *out += protocol::SseData(protocol::ChatUsageChunkJson(meta_, usage));
+    chunks_.AppendUsageChunk(usage, out);
   }
 
  private:
@@ -82,6 +82,7 @@ class ChatSseStream final : public SseStream {
   }
 
   const protocol::ResponseMeta meta_;
+  const protocol::StreamChunks chunks_;
   const int32_t num_prompt_tokens_;
   const Tokenizer* const tokenizer_;
   const bool logprobs_;

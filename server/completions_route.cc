@@ -14,6 +14,7 @@
 #include "server/protocol/completion_request.h"
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
+#include "server/protocol/stream_chunks.h"
 #include "server/protocol/utf8.h"
 #include "server/sse_stream.h"
 
@@ -38,6 +39,7 @@ class CompletionSseStream final : public SseStream {
                       const Tokenizer* tokenizer, const protocol::SamplingFields& fields)
       : SseStream(std::move(job), watch),
         meta_(std::move(meta)),
+        chunks_(meta_, protocol::StreamChunks::Kind::kCompletion),
         prompts_(std::move(prompts)),
         tokenizer_(tokenizer),
         include_usage_(fields.include_usage()),
@@ -75,10 +77,11 @@ class CompletionSseStream final : public SseStream {
     protocol::CompletionChoice choice;
     choice.index = c.spec.index;
     choice.text = d.text;
+    logprobs_json_.clear();
     if (with_logprobs) {
-      choice.logprobs =
-          protocol::CompletionLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs,
-                                           text_offsets_[u.choice], &text_offsets_[u.choice]);
+      protocol::AppendCompletionLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs,
+                                             text_offsets_[u.choice], &text_offsets_[u.choice],
+                                             &logprobs_json_);
     } else {
       text_offsets_[u.choice] += protocol::Utf8Length(d.text);
     }
@@ -86,12 +89,12 @@ class CompletionSseStream final : public SseStream {
       choice.finish_reason = d.finish_reason;
       choice.stop_reason = d.stop_reason;
     }
-    *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(u.choice)));
+    chunks_.AppendCompletionChunk(choice, UsageOf(u.choice), out, logprobs_json_);
   }
 
   void OnFinish(std::string* out) override {
     if (!include_usage_) return;
-    *out += protocol::SseData(protocol::CompletionUsageChunkJson(meta_, TotalUsage()));
+    chunks_.AppendUsageChunk(TotalUsage(), out);
   }
 
  private:
@@ -106,7 +109,7 @@ class CompletionSseStream final : public SseStream {
           protocol::CompletionPromptLogprobsJson(*tokenizer_, c.spec.prompt_ids, c.prompt_logprobs);
     }
     text_offsets_[i] = protocol::Utf8Length(echo);
-    *out += protocol::SseData(protocol::CompletionChunkJson(meta_, choice, UsageOf(i)));
+    chunks_.AppendCompletionChunk(choice, UsageOf(i), out);
   }
 
   std::optional<protocol::Usage> UsageOf(size_t i) {
@@ -122,12 +125,14 @@ class CompletionSseStream final : public SseStream {
   }
 
   const protocol::ResponseMeta meta_;
+  const protocol::StreamChunks chunks_;
   const std::vector<PromptInfo> prompts_;
   const Tokenizer* const tokenizer_;
   const bool include_usage_;
   const bool continuous_usage_;
   std::vector<size_t> text_offsets_;  // [num_choices] code points sent so far
   std::vector<bool> echo_pending_;    // [num_choices] the echo waits for the prompt logprobs
+  std::string logprobs_json_;         // OnUpdate's logprobs object, reused
 };
 
 }  // namespace
@@ -203,7 +208,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
       if (c->spec.params.prompt_logprobs) {
         nlohmann::ordered_json all =
             protocol::CompletionPromptLogprobsJson(tok, c->spec.prompt_ids, c->prompt_logprobs);
-        protocol::AppendCompletionLogprobs(&all, choice.logprobs);
+        protocol::ConcatCompletionLogprobs(&all, choice.logprobs);
         choice.logprobs = std::move(all);
       }
     }

@@ -79,7 +79,9 @@ void GenerationJob::LeaveWaiting(Choice& c) {
 
 bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* updates) {
   Choice& c = *choices_[i];
-  RequestOutput out;
+  // The stream swaps its pending buffers with this one's (cleared) buffers: after the first steps
+  // neither side allocates per token.
+  RequestOutput& out = take_buffer_;
   const bool got = timeout_s > 0 ? c.stream->Next(&out, timeout_s) : c.stream->TryNext(&out);
   if (!got) return false;
   if (!c.left_waiting) {
@@ -122,7 +124,11 @@ bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* 
 
 bool GenerationJob::Poll(double timeout_s, std::vector<ChoiceUpdate>* updates) {
   using SteadyTime = std::chrono::steady_clock;
-  const auto deadline = SteadyTime::now() + std::chrono::duration<double>(timeout_s);
+  SteadyTime::time_point deadline;  // read the clock only if there is a wait
+  if (timeout_s > 0) {
+    deadline = SteadyTime::now() + std::chrono::duration_cast<SteadyTime::duration>(
+                                       std::chrono::duration<double>(timeout_s));
+  }
   const size_t before = updates->size();
   while (true) {
     bool got = false;
@@ -134,7 +140,7 @@ bool GenerationJob::Poll(double timeout_s, std::vector<ChoiceUpdate>* updates) {
       if (first_open == choices_.size()) first_open = i;
       got = Take(i, 0.0, updates) || got;
     }
-    if (got || num_open == 0) break;
+    if (got || num_open == 0 || timeout_s <= 0) break;
     const double left = std::chrono::duration<double>(deadline - SteadyTime::now()).count();
     if (left <= 0) break;
     // One open choice: block on its stream. Several: wait on the first briefly, then look at all.

@@ -107,6 +107,7 @@ class GenerationJob {
   std::vector<std::unique_ptr<Choice>> choices_;
   size_t num_unfinished_ = 0;
   bool has_output_ = false;
+  RequestOutput take_buffer_;  // Take()'s output, reused
 };
 
 }  // namespace tinyserve

@@ -65,22 +65,23 @@ void SseStream::SetWaker(const std::shared_ptr<StreamWaker>& waker) {
 
 bool SseStream::Produce(double wait_s, std::string* out) {
   const size_t before = out->size();
+  const double start = SteadySeconds();  // one clock read unless Poll() may wait
   if (!started_) {
     started_ = true;
-    last_write_s_ = SteadySeconds();
+    last_write_s_ = start;
     OnStart(out);
   }
-  const double start = SteadySeconds();
-  const double wait = std::min(wait_s, kPingSeconds - (start - last_write_s_));
+  double wait = std::min(wait_s, kPingSeconds - (start - last_write_s_));
+  if (out->size() != before || wait < 0) wait = 0.0;
   updates_.clear();
-  job_->Poll(out->size() == before && wait > 0 ? wait : 0.0, &updates_);
+  job_->Poll(wait, &updates_);
   for (const ChoiceUpdate& u : updates_) OnUpdate(u, out);
   const bool done = job_->finished();
   if (done) {
     OnFinish(out);
     *out += protocol::SseDone();
   }
-  const double now = SteadySeconds();
+  const double now = wait > 0 ? SteadySeconds() : start;
   if (out->size() == before && now - last_write_s_ >= kPingSeconds) *out += protocol::kSsePing;
   if (out->size() != before) last_write_s_ = now;
   return done;

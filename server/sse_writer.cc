@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -31,8 +32,10 @@ double SteadySeconds() {
 
 void AppendChunkFrame(const std::string& data, std::string* out) {
   char head[24];
-  const int n = std::snprintf(head, sizeof(head), "%zx\r\n", data.size());
-  out->append(head, static_cast<size_t>(n));
+  char* end = std::to_chars(head, head + sizeof(head) - 2, data.size(), 16).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  out->append(head, end);
   out->append(data);
   out->append("\r\n", 2);
 }
@@ -63,15 +66,19 @@ class SseWriter::Signal {
   Signal(const Signal&) = delete;
   Signal& operator=(const Signal&) = delete;
 
-  // Puts stream `id` (0: none, just wake up) on the ready list; the first mark after the writer
-  // took the list also writes the eventfd. Any thread.
+  // Puts stream `id` on the ready list, without waking the writer (Flush() does). Any thread.
   void Mark(uint64_t id) {
+    MutexLock lock(mu_);
+    ready_.push_back(id);
+  }
+  // Wakes the writer if the ready list has ids it has not been woken for (`force`: in any case):
+  // the first flush after the writer took the list writes the eventfd. Any thread.
+  void Flush(bool force = false) {
     bool write_event = false;
     {
       MutexLock lock(mu_);
-      if (id != 0) ready_.push_back(id);
-      write_event = !signaled_;
-      signaled_ = true;
+      write_event = !signaled_ && (force || !ready_.empty());
+      signaled_ = signaled_ || write_event;
     }
     if (write_event) {
       const uint64_t one = 1;
@@ -98,11 +105,12 @@ class SseWriter::Signal {
   bool signaled_ TS_GUARDED_BY(mu_) = false;
 };
 
-// One stream's waker: marks its entry ready.
+// One stream's waker: marks its entry ready; Flush() wakes the writer once for all marks.
 class SseWriter::Waker final : public StreamWaker {
  public:
   Waker(std::shared_ptr<Signal> signal, uint64_t id) : signal_(std::move(signal)), id_(id) {}
   void Wake() override { signal_->Mark(id_); }
+  void Flush() override { signal_->Flush(); }
 
  private:
   const std::shared_ptr<Signal> signal_;
@@ -148,7 +156,7 @@ void SseWriter::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  signal_->Mark(0);
+  signal_->Flush(/*force=*/true);
 }
 
 SseWriter::RunResult SseWriter::Run(SseStream* stream) {
@@ -164,7 +172,7 @@ SseWriter::RunResult SseWriter::Run(SseStream* stream) {
     }
     incoming_.push_back(std::move(entry));
   }
-  signal_->Mark(0);
+  signal_->Flush(/*force=*/true);
   return result.get();
 }
 

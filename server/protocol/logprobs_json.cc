@@ -1,9 +1,11 @@
 #include "server/protocol/logprobs_json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
+#include "server/protocol/json_writer.h"
 #include "server/protocol/utf8.h"
 
 namespace tinyserve::protocol {
@@ -77,6 +79,57 @@ nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_
   return out;
 }
 
+void AppendCompletionLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                  const std::vector<TokenLogprobs>& tokens, size_t text_offset,
+                                  size_t* next_text_offset, std::string* out) {
+  std::vector<std::string> texts;  // [tokens] the token texts
+  texts.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t before = i == 0 ? prev_id : tokens[i - 1].token_id;
+    texts.push_back(LogprobTokenText(tokenizer, before, tokens[i].token_id));
+  }
+  out->append(R"({"text_offset":[)");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendJsonInt(static_cast<int64_t>(text_offset), out);
+    text_offset += Utf8Length(texts[i]);
+  }
+  if (next_text_offset != nullptr) *next_text_offset = text_offset;
+  out->append(R"(],"token_logprobs":[)");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendJsonDouble(JsonLogprob(tokens[i].logprob), out);
+  }
+  out->append(R"(],"tokens":[)");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendJsonString(texts[i], out);
+  }
+  out->append(R"(],"top_logprobs":[)");
+  std::vector<std::string> keys;  // one dict's keys so far (a repeated text is left out)
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    const int32_t before = i == 0 ? prev_id : tokens[i - 1].token_id;
+    keys.clear();
+    keys.push_back(texts[i]);
+    out->push_back('{');
+    AppendJsonString(texts[i], out);
+    out->push_back(':');
+    AppendJsonDouble(JsonLogprob(tokens[i].logprob), out);
+    for (const auto& [id, logprob] : tokens[i].top) {
+      std::string alt = LogprobTokenText(tokenizer, before, id);
+      if (std::find(keys.begin(), keys.end(), alt) != keys.end()) continue;
+      out->push_back(',');
+      AppendJsonString(alt, out);
+      out->push_back(':');
+      AppendJsonDouble(JsonLogprob(logprob), out);
+      keys.push_back(std::move(alt));
+    }
+    out->push_back('}');
+  }
+  out->append("]}");
+}
+
 nlohmann::ordered_json CompletionPromptLogprobsJson(
     const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
     const std::vector<TokenLogprobs>& prompt_logprobs) {
@@ -86,12 +139,12 @@ nlohmann::ordered_json CompletionPromptLogprobsJson(
   out["token_logprobs"] = nlohmann::ordered_json::array({nullptr});
   out["tokens"] = nlohmann::ordered_json::array({first});
   out["top_logprobs"] = nlohmann::ordered_json::array({nullptr});
-  AppendCompletionLogprobs(&out, CompletionLogprobsJson(tokenizer, prompt_ids.front(),
+  ConcatCompletionLogprobs(&out, CompletionLogprobsJson(tokenizer, prompt_ids.front(),
                                                         prompt_logprobs, Utf8Length(first)));
   return out;
 }
 
-void AppendCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail) {
+void ConcatCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail) {
   for (const char* key : {"text_offset", "token_logprobs", "tokens", "top_logprobs"}) {
     nlohmann::ordered_json& dst = (*head)[key];
     for (const auto& v : tail.at(key)) dst.push_back(v);

@@ -44,6 +44,12 @@ nlohmann::ordered_json CompletionLogprobsJson(const Tokenizer& tokenizer, int32_
                                               size_t text_offset,
                                               size_t* next_text_offset = nullptr);
 
+// Appends DumpJson(CompletionLogprobsJson(...)) for the same arguments to *out, without building
+// the JSON tree (the streaming hot path).
+void AppendCompletionLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
+                                  const std::vector<TokenLogprobs>& tokens, size_t text_offset,
+                                  size_t* next_text_offset, std::string* out);
+
 // The prompt part of an echoed completion's logprobs (vLLM, echo with logprobs): entry 0 is
 // prompt_ids[0] with token_logprobs null and top_logprobs null (it has no context); entry i >= 1
 // is prompt_logprobs[i - 1] (the logprobs of prompt_ids[i]) with the dict rule above. text_offset
@@ -55,7 +61,7 @@ nlohmann::ordered_json CompletionPromptLogprobsJson(
     const std::vector<TokenLogprobs>& prompt_logprobs);
 
 // Appends the entries of `tail` to those of `head` (both CompletionLogprobsJson-shaped).
-void AppendCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail);
+void ConcatCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail);
 
 nlohmann::ordered_json ChatLogprobsJson(const Tokenizer& tokenizer, int32_t prev_id,
                                         const std::vector<TokenLogprobs>& tokens);

@@ -1,7 +1,10 @@
 #include "engine/request_stream.h"
 
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -53,6 +56,44 @@ TEST(RequestStreamTest, NextWakesWhenTheProducerPushes) {
   EXPECT_EQ(all.token_ids, (std::vector<int32_t>{5}));
   EXPECT_EQ(all.finish_reason, FinishReason::kStop);
   EXPECT_EQ(all.stop_token_id, 5);
+}
+
+// Logs its calls as "wake <name>" / "flush <name>".
+class LoggingWaker final : public StreamWaker {
+ public:
+  LoggingWaker(std::string name, std::vector<std::string>* log)
+      : name_(std::move(name)), log_(log) {}
+  void Wake() override { log_->push_back("wake " + name_); }
+  void Flush() override { log_->push_back("flush " + name_); }
+
+ private:
+  const std::string name_;
+  std::vector<std::string>* const log_;
+};
+
+TEST(RequestStreamTest, WakersAreWokenOnNotifyAndFlushedAfterEveryStreamOfTheBatch) {
+  std::vector<std::string> log;
+  RequestStream a("a");
+  RequestStream b("b");
+  RequestStream plain("plain");  // no waker
+  RequestStream c("c");
+  a.SetWaker(std::make_shared<LoggingWaker>("a", &log));
+  b.SetWaker(std::make_shared<LoggingWaker>("b", &log));
+  c.SetWaker(std::make_shared<LoggingWaker>("c", &log));
+
+  a.PushToken(1, 1.0, nullptr);  // a notifying push: wake, then flush at once
+  EXPECT_EQ(log, (std::vector<std::string>{"wake a", "flush a"}));
+  log.clear();
+  b.PushToken(2, 1.0, nullptr, /*notify=*/false);  // no call until the notify
+  EXPECT_TRUE(log.empty());
+
+  RequestStream::NotifyAll({&a, &b, &plain, &c});
+  EXPECT_EQ(log, (std::vector<std::string>{"wake a", "wake b", "wake c", "flush a", "flush b",
+                                           "flush c"}));
+  log.clear();
+  b.SetWaker(nullptr);
+  RequestStream::NotifyAll({&a, &b});
+  EXPECT_EQ(log, (std::vector<std::string>{"wake a", "flush a"}));
 }
 
 }  // namespace

@@ -156,7 +156,7 @@ TEST(LogprobsJsonTest, CompletionPromptLogprobsThenGeneratedOnes) {
             R"("tokens":["","He","llo"],)"
             R"("top_logprobs":[null,{"He":-2.0," wo":-0.5},{"llo":-9999.0,"He":-0.75}]})");
   // Generated tokens continue at the end of the echoed text (5 code points: "Hello").
-  AppendCompletionLogprobs(&all, CompletionLogprobsJson(tok, llo, {{e, -0.125f, 1, {}}}, 5));
+  ConcatCompletionLogprobs(&all, CompletionLogprobsJson(tok, llo, {{e, -0.125f, 1, {}}}, 5));
   EXPECT_EQ(all.dump(), R"({"text_offset":[0,0,2,5],"token_logprobs":[null,-2.0,-9999.0,-0.125],)"
                         R"("tokens":["","He","llo","é"],)"
                         R"("top_logprobs":[null,{"He":-2.0," wo":-0.5},{"llo":-9999.0,"He":-0.75},)"

@@ -15,6 +15,7 @@ namespace {
 using nlohmann::json;
 using testing::OpenAiTestServer;
 using testing::SseEvents;
+using testing::TestServerOptions;
 
 struct GoldenCase {
   std::string prompt;
@@ -162,7 +163,13 @@ TEST_F(CompletionsTest, SeededSamplesAreReproducibleAndUseSeedPlusJ) {
   EXPECT_EQ(PostOk(server_, single)["choices"][0]["text"], first["choices"][1]["text"]);
 }
 
-TEST_F(CompletionsTest, StopStringEndsTheChoiceAndTheEngineRequest) {
+TEST(CompletionsStopTest, StopStringEndsTheChoiceAndTheEngineRequest) {
+  // The stop string is found by the HTTP side, which then aborts the engine request with reason
+  // stop; an engine that runs unhindered may reach max_tokens (reason length) before that abort
+  // arrives when the CPUs are busy. A 2 ms step leaves the HTTP side ~100 ms to react.
+  TestServerOptions options;
+  options.step_delay_s = 0.002;
+  OpenAiTestServer server_(options);
   const GoldenCase g = Golden(0);
   const json r = PostOk(server_, {{"prompt", g.prompt},
                                   {"max_tokens", 100},
