@@ -150,13 +150,10 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   LogLine("model " + model->model_path + " (" + config.Describe() + "), tokenizer " +
           model->tokenizer_path);
   // --chat-template wins; else the model's own, which this server must know how to render.
-  std::string chat_template = f.chat_template;
-  if (chat_template.empty()) chat_template = model->chat_template;
-  if (chat_template.empty()) chat_template = "plain";
-  if (!protocol::IsKnownChatTemplate(chat_template)) {
-    return fail(InvalidArgument("the model's chat template '" + chat_template +
-                                "' is not supported by this server; pass --chat-template NAME"));
-  }
+  StatusOr<std::string> chosen_template = protocol::ChooseChatTemplate(
+      f.chat_template, model->chat_template, model->chat_template_error);
+  if (!chosen_template.ok()) return fail(chosen_template.status());
+  const std::string chat_template = *chosen_template;
   LogLine("chat template " + chat_template);
   const std::string served_model_name =
       f.served_model_name.empty() ? config.name : f.served_model_name;

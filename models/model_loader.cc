@@ -63,6 +63,7 @@ StatusOr<LoadedModel> LoadHfDirectory(const std::string& dir) {
   out.weights = std::move(weights).value();
   out.add_bos = files->add_bos_token;
   out.chat_template = files->chat_template_name;
+  out.chat_template_error = files->chat_template_error;
   out.tokenizer = std::move(files->tokenizer);
   return out;
 }
@@ -77,8 +78,11 @@ StatusOr<LoadedModel> LoadGguf(const std::string& path) {
   if (!m->chat_template.empty()) {
     StatusOr<std::string> name =
         RecognizeHfChatTemplate(m->chat_template, path + " (tokenizer.chat_template)");
-    if (!name.ok()) return name.status();
-    out.chat_template = *name;
+    if (name.ok()) {
+      out.chat_template = *name;
+    } else {
+      out.chat_template_error = name.status().message();
+    }
   }
   out.add_bos = m->tokenizer->add_bos_by_default();
   out.weights = std::move(m->weights);

@@ -37,6 +37,9 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   bool add_bos = true;        // prepend BOS to prompts (== tokenizer->add_bos_by_default())
   std::string chat_template;  // the model's chat template family ("chatml", ...); "" = none
+  // Why the model's chat template was not recognised (names the file), or "" (see
+  // ChooseChatTemplate: an error unless --chat-template overrides it).
+  std::string chat_template_error;
 };
 
 // `default_shared_dir` is where ../shared was at build time; the default model is looked up there

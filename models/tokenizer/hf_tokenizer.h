@@ -54,8 +54,12 @@ struct HfTokenizerFiles {
   // The chat template family ("llama-2", "llama-3", "chatml", "qwen2", "qwen2.5", "smollm2",
   // "zephyr"; the
   // names RenderChatTemplate in server/protocol/chat_template.h knows) that tokenizer_config.json's
-  // `chat_template` is recognised as, or "" when the directory has none.
+  // `chat_template` is recognised as, or "" when the directory has none or it is not recognised.
   std::string chat_template_name;
+  // Why the directory's chat template was not recognised (RecognizeHfChatTemplate's message,
+  // naming the file), or "": not an error here, since --chat-template may override it
+  // (ChooseChatTemplate in server/protocol/chat_template.h decides).
+  std::string chat_template_error;
 };
 
 // Loads `dir`/tokenizer.json (required), `dir`/tokenizer_config.json (optional: without it BOS,
@@ -64,8 +68,8 @@ struct HfTokenizerFiles {
 // name the file and the problem: a missing tokenizer.json (NotFound), malformed JSON, an
 // unsupported model/normalizer/pre-tokenizer/decoder type (naming the field), a bos/eos token that
 // is not in the vocabulary, add_bos_token without a bos_token, an eos_token_id outside the
-// vocabulary, a chat_template that is present but not recognised (InvalidArgument; pass
-// --chat-template to serve to override).
+// vocabulary. A chat_template that is present but not recognised is no error here: it is reported
+// in chat_template_error.
 StatusOr<HfTokenizerFiles> LoadHfTokenizer(const std::string& dir);
 
 // Loads a tokenizer.json alone. BOS/EOS come from the file itself: BOS from the post_processor

@@ -471,8 +471,11 @@ StatusOr<HfTokenizerFiles> LoadHfTokenizer(const std::string& dir) {
   }
   if (!chat_template.empty()) {
     StatusOr<std::string> name = RecognizeHfChatTemplate(chat_template, chat_template_source);
-    if (!name.ok()) return name.status();
-    files.chat_template_name = *name;
+    if (name.ok()) {
+      files.chat_template_name = *name;
+    } else {
+      files.chat_template_error = name.status().message();
+    }
   }
   spec.bos_id = files.bos_token_id;
   spec.eos_id = files.eos_token_ids.empty() ? -1 : files.eos_token_ids[0];

@@ -131,10 +131,21 @@ bool IsKnownChatTemplate(std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::string ChooseChatTemplate(std::string_view flag, std::string_view model_template) {
-  if (!flag.empty()) return std::string(flag);
-  if (!model_template.empty()) return std::string(model_template);
-  return "plain";
+StatusOr<std::string> ChooseChatTemplate(std::string_view flag, std::string_view model_template,
+                                         std::string_view model_template_error) {
+  std::string name;
+  if (!flag.empty()) {
+    name = flag;
+  } else if (!model_template_error.empty()) {
+    return InvalidArgument(std::string(model_template_error));
+  } else {
+    name = model_template.empty() ? "plain" : model_template;
+  }
+  if (!IsKnownChatTemplate(name)) {
+    return InvalidArgument("chat template '" + name + "' is not supported by this server; pass " +
+                           "--chat-template NAME");
+  }
+  return name;
 }
 
 StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,

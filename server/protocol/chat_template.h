@@ -56,8 +56,12 @@ const std::vector<std::string>& KnownChatTemplates();
 bool IsKnownChatTemplate(std::string_view name);
 
 // The template a server uses: `flag` (--chat-template) when set, else the model's own
-// (`model_template`, "" when it has none), else "plain".
-std::string ChooseChatTemplate(std::string_view flag, std::string_view model_template);
+// (`model_template`, "" when it has none), else "plain". `model_template_error` is why the model's
+// template was not recognised ("" if it was, or there is none): without a flag that is the error
+// (InvalidArgument), so that a model is never served with a guessed template; a flag overrides it.
+// A name that is not one of KnownChatTemplates() is InvalidArgument.
+StatusOr<std::string> ChooseChatTemplate(std::string_view flag, std::string_view model_template,
+                                         std::string_view model_template_error = {});
 
 // A rendered conversation: the text, and where the message contents lie in it.
 struct RenderedChat {

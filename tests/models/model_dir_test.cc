@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "models/convert.h"
@@ -92,6 +93,28 @@ TEST(ModelDirTest, PresetsHaveThePublishedShapes) {
   ASSERT_TRUE(tiny.has_value());
   EXPECT_EQ(tiny->config.num_parameters(), 1100048384);
   EXPECT_FALSE(FindHfPreset("gpt2").has_value());
+}
+
+// A directory whose chat template is not recognised still loads (serve's --chat-template may
+// override it); the reason, naming the file, is kept for serve to report without the flag.
+TEST(ModelDirTest, UnrecognisedChatTemplateLoadsWithItsReason) {
+  ScratchDir dir("convert_hf_mistral_template");
+  ASSERT_TRUE(ConvertLlama2cToHf(kModels + "/stories260K.bin", kModels + "/tok512.bin",
+                                 TensorDtype::kF32, dir.path())
+                  .ok());
+  const std::string config_path = dir / "tokenizer_config.json";
+  nlohmann::json config = nlohmann::json::parse(ReadFile(config_path));
+  config["chat_template"] =
+      "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} "
+      "[/INST]{% endfor %}";  // Mistral style: not one of the families
+  std::ofstream(config_path) << config.dump();
+  auto m = ResolveAndLoadModel({dir.path(), ""}, "");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->chat_template, "");
+  EXPECT_NE(m->chat_template_error.find(config_path + ": unrecognised chat_template"),
+            std::string::npos)
+      << m->chat_template_error;
+  ExpectGoldenPrompts(*m->tokenizer, m->add_bos);
 }
 
 TEST(ModelDirTest, GeneratedSmolLMLoadsAndAnswersARequest) {

@@ -96,9 +96,17 @@ TEST(ChatTemplateTest, ContentRangesCoverTheMessages) {
 }
 
 TEST(ChatTemplateTest, ChooseChatTemplate) {
-  EXPECT_EQ(ChooseChatTemplate("zephyr", "llama-3"), "zephyr");
-  EXPECT_EQ(ChooseChatTemplate("", "llama-3"), "llama-3");
-  EXPECT_EQ(ChooseChatTemplate("", ""), "plain");
+  EXPECT_EQ(*ChooseChatTemplate("zephyr", "llama-3"), "zephyr");
+  EXPECT_EQ(*ChooseChatTemplate("", "llama-3"), "llama-3");
+  EXPECT_EQ(*ChooseChatTemplate("", ""), "plain");
+  // A model whose template was not recognised: an error without the flag, the flag's with it.
+  const std::string why =
+      "dir/tokenizer_config.json: unrecognised chat_template (no known markers)";
+  StatusOr<std::string> refused = ChooseChatTemplate("", "", why);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), why);
+  EXPECT_EQ(*ChooseChatTemplate("chatml", "", why), "chatml");
+  EXPECT_EQ(ChooseChatTemplate("vicuna", "").status().code(), StatusCode::kInvalidArgument);
   for (const std::string& name : KnownChatTemplates()) EXPECT_TRUE(IsKnownChatTemplate(name));
   EXPECT_FALSE(IsKnownChatTemplate("vicuna"));
 }
