@@ -103,7 +103,7 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--chat-template", f.chat_template,
                   "chat template name (plain, chatml, zephyr, llama-2, ...); default: the "
-                  "model's own, else plain")
+                  "model's own (an error if it is not one of these), else plain")
       ->check([](const std::string& name) {
         return protocol::IsKnownChatTemplate(name) ? std::string()
                                                    : "unknown chat template '" + name + "'";

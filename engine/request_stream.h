@@ -98,8 +98,8 @@ class RequestStream {
   // Notify() for each of `streams`, with every waker's Flush() after all the Wake() calls.
   static void NotifyAll(const std::vector<RequestStream*>& streams);
 
-  // From now on Notify() (and every notifying push) also calls waker->Wake(); null detaches.
-  // Thread-safe.
+  // From now on Notify() (and every notifying push) also calls waker->Wake() then Flush()
+  // (NotifyAll: the Flush() after every stream's Wake()); null detaches. Thread-safe.
   void SetWaker(std::shared_ptr<StreamWaker> waker);
 
  private:

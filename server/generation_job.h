@@ -62,7 +62,8 @@ class GenerationJob {
     std::shared_ptr<RequestStream> stream;
     protocol::ChoiceStream text;
     std::vector<TokenLogprobs> logprobs;  // of the counted tokens, if asked
-    // Of prompt tokens 1.. (spec.params.prompt_logprobs); complete before the first update.
+    // Of prompt tokens 1.. (spec.params.prompt_logprobs); complete before the first token (a
+    // request that fails or is aborted during its prefill may finish with only part of them).
     std::vector<TokenLogprobs> prompt_logprobs;
     int32_t logprobs_prev_id = -1;  // the token before logprobs[0]
     std::string error_message;      // finish_reason error

@@ -85,8 +85,9 @@ class SseWriter::Signal {
       [[maybe_unused]] const ssize_t n = write(fd_, &one, sizeof(one));
     }
   }
-  // Writer thread: moves the ready list into *ids (replacing its contents); marks from now on
-  // write the eventfd again. Everything pushed to a stream before its mark is visible after this.
+  // Writer thread: moves the ready list into *ids (replacing its contents); the next Flush() with
+  // new marks writes the eventfd again. Everything pushed to a stream before its mark is visible
+  // after this.
   void Take(std::vector<uint64_t>* ids) {
     ids->clear();
     MutexLock lock(mu_);

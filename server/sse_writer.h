@@ -4,11 +4,11 @@
 // Why: with one HTTP worker thread per stream, every engine step woke every stream's thread (a
 // futex wake-up, a context switch and a poll per stream per token); at 100 streams on a few cores
 // the wake-ups alone took longer than a step. Here the engine's step wakes this one thread: each
-// stream's StreamWaker puts the stream on a ready list (the first one of a batch also writes the
-// eventfd), and the thread, for each ready stream, takes its new output, formats the chunks and
-// sends them (one non-blocking send per stream per step), while the HTTP workers of the streams
-// sleep until their response is complete. Every 20 ms it also looks at every stream (pings,
-// stalled clients).
+// stream's StreamWaker puts the stream on a ready list, and after the whole step's batch the first
+// Flush() writes the eventfd (RequestStream::NotifyAll); the thread, for each ready stream, takes
+// its new output, formats the chunks and sends them (one non-blocking send per stream per step),
+// while the HTTP workers of the streams sleep until their response is complete. Every 20 ms it
+// also looks at every stream (pings, stalled clients).
 //
 // - Run(stream) is called by the connection's HTTP worker inside httplib's chunked content
 //   provider (the response head is already sent and nothing else writes to the socket until the

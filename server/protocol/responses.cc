@@ -48,7 +48,7 @@ int32_t ChoiceIndex(int32_t prompt_index, int32_t n, int32_t sample_index) {
 Json UsageJson(const Usage& usage) {
   Json out;
   out["prompt_tokens"] = usage.prompt_tokens;
-  out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  out["total_tokens"] = int64_t{usage.prompt_tokens} + usage.completion_tokens;
   out["completion_tokens"] = usage.completion_tokens;
   return out;
 }

@@ -65,10 +65,21 @@ size_t AppendUtf8Lossy(std::string_view bytes, bool final, std::string* out) {
 }
 
 bool IsValidUtf8(std::string_view bytes) {
-  std::string scratch;
-  scratch.reserve(bytes.size());
-  AppendUtf8Lossy(bytes, /*final=*/true, &scratch);
-  return scratch == bytes;
+  // The walk of AppendUtf8Lossy, stopping at the first byte it would replace.
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const LeadInfo lead = Lead(static_cast<uint8_t>(bytes[i]));
+    if (lead.length == 0) return false;
+    if (i + static_cast<size_t>(lead.length) > bytes.size()) return false;
+    for (int k = 1; k < lead.length; ++k) {
+      const uint8_t c = static_cast<uint8_t>(bytes[i + static_cast<size_t>(k)]);
+      const uint8_t lo = k == 1 ? lead.lo : 0x80;
+      const uint8_t hi = k == 1 ? lead.hi : 0xBF;
+      if (c < lo || c > hi) return false;
+    }
+    i += static_cast<size_t>(lead.length);
+  }
+  return true;
 }
 
 std::string ToValidUtf8(std::string_view bytes) {

@@ -44,8 +44,8 @@ struct Harness {
 
   FakeClock clock;
   FakeExecutor executor;
+  RecordingObserver recorder;  // before the core: its destructor still reports to the observers
   EngineCore core;
-  RecordingObserver recorder;
 };
 
 EngineConfig Budget(int32_t tokens, int32_t max_num_seqs = 64) {

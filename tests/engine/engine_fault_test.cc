@@ -56,8 +56,8 @@ struct FaultHarness {
   FakeExecutor executor;
   std::function<void(const InjectedFault&)> on_fault;
   FaultInjectingExecutor injector;
+  RecordingObserver recorder;  // before the core: its destructor still reports to the observers
   EngineCore core;
-  RecordingObserver recorder;
 };
 
 RequestOutput Drain(RequestStream& s) {

@@ -100,8 +100,8 @@ BatchedRun RunBatched(const std::vector<EngineRequest>& reqs, int32_t num_blocks
   config.max_num_batched_tokens = 48;
   config.enable_prefix_caching = prefix_caching;
   config.policy = policy;
+  RecordingObserver recorder;  // outlives the core, whose destructor still reports to it
   EngineCore core(config, &executor, &clock, hash_fn);
-  RecordingObserver recorder;
   core.AddObserver(&recorder);
   std::map<std::string, std::shared_ptr<RequestStream>> streams;
   // Half up front, the rest while the engine runs.
@@ -195,8 +195,8 @@ TEST(EngineAbortTest, RandomAbortsDuringABusyRunLeakNothing) {
     FakeExecutor executor(20, kBlockSize, kVocab, kMaxModelLen, &clock, 0.01);
     EngineConfig config;
     config.max_num_batched_tokens = 32;
+    RecordingObserver recorder;  // outlives the core, whose destructor still reports to it
     EngineCore core(config, &executor, &clock);
-    RecordingObserver recorder;
     core.AddObserver(&recorder);
     std::map<std::string, std::shared_ptr<RequestStream>> streams;
     std::map<std::string, bool> aborted;

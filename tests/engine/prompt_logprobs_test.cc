@@ -59,8 +59,8 @@ struct Harness {
 
   FakeClock clock;
   FakeExecutor executor;
+  RecordingObserver recorder;  // before the core: its destructor still reports to the observers
   EngineCore core;
-  RecordingObserver recorder;
 };
 
 EngineRequest Scored(const std::string& id, const std::vector<int32_t>& prompt, int32_t top_n,

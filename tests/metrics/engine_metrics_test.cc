@@ -19,8 +19,8 @@ namespace {
 struct Harness {
   Harness(int32_t num_blocks, int32_t block_size, int32_t budget, int32_t max_num_seqs = 64)
       : executor(num_blocks, block_size, /*vocab=*/32, /*max_model_len=*/256, &clock, 1.0),
-        core(Config(budget, max_num_seqs), &executor, &clock),
-        observer(&metrics) {
+        observer(&metrics),
+        core(Config(budget, max_num_seqs), &executor, &clock) {
     core.AddObserver(&recorder);
     core.AddObserver(&observer);
   }
@@ -48,10 +48,11 @@ struct Harness {
 
   FakeClock clock;
   FakeExecutor executor;
-  EngineCore core;
+  // The observers before the core: its destructor still reports to them.
   RecordingObserver recorder;
   PrometheusMetrics metrics{TestMetricsConfig()};
   MetricsObserver observer;
+  EngineCore core;
 };
 
 // The histogram sums and counts recomputed from the recorded events (arrival at 0), the plain way.

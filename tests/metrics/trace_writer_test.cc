@@ -35,11 +35,11 @@ TEST(TraceWriterTest, SpansAgreeWithHistogramSums) {
                         &clock, 1.0);
   EngineConfig config;
   config.max_num_batched_tokens = 64;
-  EngineCore core(config, &executor, &clock);
   PrometheusMetrics metrics(TestMetricsConfig());
   MetricsObserver observer(&metrics);
   auto writer = TraceWriter::Open(path);
   ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EngineCore core(config, &executor, &clock);  // after its observers: it reports to them to its end
   core.AddObserver(&observer);
   core.AddObserver(writer->get());
   // The EngineCoreTest.RequestPreemptedTwiceDuringDecode scenario, plus a request aborted while

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,25 @@ TEST(Utf8Test, ValidAndInvalid) {
   EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // a surrogate
   EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // overlong
   EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+}
+
+// IsValidUtf8 agrees with the lossy decoder (valid iff nothing would be replaced) on random bytes
+// drawn to hit every lead byte, continuation range and truncation.
+TEST(Utf8Test, ValidIffTheLossyDecodeChangesNothing) {
+  std::mt19937 rng(3);
+  const std::string alphabet =
+      "a\x7F\x80\x8F\x90\x9F\xA0\xBF\xC0\xC2\xDF\xE0\xE1\xED\xEE\xF0\xF1\xF4\xF5\xFF";
+  std::uniform_int_distribution<size_t> len(0, 8);
+  std::uniform_int_distribution<size_t> pick(0, alphabet.size() - 1);
+  int valid = 0;
+  for (int i = 0; i < 200000; ++i) {
+    std::string s;
+    for (size_t k = len(rng); k > 0; --k) s.push_back(alphabet[pick(rng)]);
+    const bool expected = ToValidUtf8(s) == s;
+    ASSERT_EQ(IsValidUtf8(s), expected) << "case " << i;
+    valid += expected ? 1 : 0;
+  }
+  EXPECT_GT(valid, 1000);  // both answers are exercised
 }
 
 TEST(Utf8Test, MaximalSubpartsBecomeOneReplacementEach) {
