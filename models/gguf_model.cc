@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -55,7 +56,10 @@ Status ReadFloat(const GgufFile& g, const std::string& key, double fallback, flo
   }
   StatusOr<double> v = g.GetFloat(key);
   if (!v.ok()) return InvalidArgument(g.path() + ": " + key + ": " + v.status().message());
-  if (!(*v > 0)) return InvalidArgument(g.path() + ": " + key + " must be positive");
+  if (!(*v > 0) || *v > std::numeric_limits<float>::max()) {
+    return InvalidArgument(g.path() + ": " + key + " = " + std::to_string(*v) +
+                           " is not a positive float32");
+  }
   *out = static_cast<float>(*v);
   return Status::Ok();
 }

@@ -53,7 +53,10 @@ class FieldReader {
     if (v == nullptr) return fallback;
     if (!v->is_number()) return Error(field, "must be a number, got " + v->dump());
     const double x = v->get<double>();
-    if (!std::isfinite(x)) return Error(field, "must be finite");
+    // Every number here is stored as a float: a larger one would not convert (undefined).
+    if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {
+      return Error(field, "= " + v->dump() + " is not a finite float32");
+    }
     return x;
   }
 
@@ -128,7 +131,8 @@ Status ParseRopeScaling(const FieldReader& top, const json& obj, ModelConfig& c)
   auto factor = [&]() -> StatusOr<float> {
     const json* f = r.Get("factor");
     if (f == nullptr) return top.Error("rope_scaling.factor", "is missing");
-    if (!f->is_number() || f->get<double>() <= 0) {
+    if (!f->is_number() || !(f->get<double>() > 0) ||
+        f->get<double>() > std::numeric_limits<float>::max()) {
       return top.Error("rope_scaling.factor", "must be a positive number, got " + f->dump());
     }
     return static_cast<float>(f->get<double>());

@@ -1,6 +1,7 @@
 // Parsing tokenizer.json into an HfBpeSpec, and the model-directory loader (LoadHfTokenizer).
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,6 +47,27 @@ bool BoolOr(const Json& object, const char* key, bool fallback) {
   if (it == object.end() || it->is_null()) return fallback;
   if (!it->is_boolean()) Fail(std::string("'") + key + "' is not a boolean");
   return it->get<bool>();
+}
+
+// An integer in [min, max], or a ParseError naming `field`. A float (even 5.0) or an integer out
+// of range is refused before any conversion: nlohmann's get<int64_t> on 1e40 is undefined.
+int64_t IntegerIn(const Json& v, const std::string& field, int64_t min, int64_t max) {
+  if (!v.is_number_integer()) Fail(field + " must be an integer, got " + v.dump());
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(max)
+                             : v.get<int64_t>() < min || v.get<int64_t>() > max) {
+    Fail(field + " = " + v.dump() + " is out of range [" + std::to_string(min) + ", " +
+         std::to_string(max) + "]");
+  }
+  return v.get<int64_t>();
+}
+
+// The integer field `object`.key (named `field`.key in errors) in [min, max], `fallback` when
+// missing or null.
+int64_t IntegerOr(const Json& object, const std::string& field, const char* key, int64_t fallback,
+                  int64_t min, int64_t max) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  return IntegerIn(*it, field + "." + key, min, max);
 }
 
 std::string TypeOf(const Json& object, const std::string& field) {
@@ -168,8 +190,9 @@ void ParseDecoder(const Json& d, const std::string& field, HfBpeSpec& spec) {
   } else if (type == "Fuse") {
     // Joining the pieces is what decoding does anyway.
   } else if (type == "Strip") {
-    const int start = d.value("start", 0);
-    if (StringOr(d, "content", "") != " " || start > 1 || d.value("stop", 0) != 0) {
+    const int64_t start = IntegerOr(d, field, "start", 0, 0, INT32_MAX);
+    const int64_t stop = IntegerOr(d, field, "stop", 0, 0, INT32_MAX);
+    if (StringOr(d, "content", "") != " " || start > 1 || stop != 0) {
       Fail(field + ": only Strip(content ' ', start 0 or 1, stop 0) is supported");
     }
     spec.decode_strip_leading_space = start == 1;
@@ -243,16 +266,14 @@ ParsedJson ParseTokenizerJson(const Json& root) {
   if (!vocab.is_object()) Fail("model.vocab is not an object");
   std::map<int64_t, std::string> by_id;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= INT32_MAX) Fail("model.vocab['" + it.key() + "'] has id out of range");
+    const int64_t id = IntegerIn(it.value(), "model.vocab['" + it.key() + "']", 0, INT32_MAX - 1);
     if (!by_id.emplace(id, it.key()).second) {
       Fail("model.vocab: id " + std::to_string(id) + " is given to two tokens");
     }
   }
   const Json added = root.value("added_tokens", Json::array());
   for (const Json& a : added) {
-    const int64_t id = a.at("id").get<int64_t>();
-    if (id < 0 || id >= INT32_MAX) Fail("added_tokens: id out of range");
+    const int64_t id = IntegerIn(a.at("id"), "added_tokens: id", 0, INT32_MAX - 1);
     AddedToken token{a.at("content").get<std::string>(), static_cast<int32_t>(id),
                      BoolOr(a, "lstrip", false), BoolOr(a, "rstrip", false),
                      BoolOr(a, "single_word", false)};
@@ -363,12 +384,12 @@ std::vector<int32_t> GenerationEos(const Json& config, int32_t vocab_size) {
   const Json list = it->is_array() ? *it : Json::array({*it});
   for (const Json& v : list) {
     if (!v.is_number_integer()) Fail("eos_token_id must be an integer or a list of integers");
-    const int64_t id = v.get<int64_t>();
-    if (id < 0 || id >= vocab_size) {
-      Fail("eos_token_id " + std::to_string(id) + " is outside the vocabulary of " +
+    if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(vocab_size)
+                               : v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size) {
+      Fail("eos_token_id " + v.dump() + " is outside the vocabulary of " +
            std::to_string(vocab_size));
     }
-    ids.push_back(static_cast<int32_t>(id));
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return ids;
 }

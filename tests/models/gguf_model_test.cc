@@ -3,7 +3,9 @@
 // metadata; f16 tensors; mismatched tensors are named.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "models/gguf_model.h"
@@ -99,6 +101,23 @@ TEST_F(GgufModelTest, ShapeMismatchAndWrongVocabAreErrors) {
   GgufLlamaVocab small = vocab_;
   small.pieces.pop_back();
   EXPECT_FALSE(WriteGgufModel(*weights_, small, TensorDtype::kF32, path).ok());
+}
+
+TEST_F(GgufModelTest, NonFiniteFloatMetadataIsAnError) {
+  const std::string path = dir_ / "inf.gguf";
+  ASSERT_TRUE(WriteGgufModel(*weights_, vocab_, TensorDtype::kF32, path).ok());
+  // Patch llama.rope.freq_base (an f32 after its key and type) to +inf.
+  std::string bytes = testing_util::ReadFile(path);
+  const std::string key = "llama.rope.freq_base";
+  const size_t at = bytes.find(key) + key.size() + 4;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(&bytes[at], &inf, sizeof(inf));
+  testing_util::WriteFile(path, bytes);
+  auto m = LoadGgufModel(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("llama.rope.freq_base = inf is not a positive float32"),
+            std::string::npos)
+      << m.status().message();
 }
 
 }  // namespace

@@ -142,6 +142,13 @@ TEST(HfConfigTest, ErrorsNameTheField) {
             std::string::npos);
   EXPECT_NE(Error(with(R"(, "eos_token_id": 100)")).find("\"eos_token_id\" is outside"),
             std::string::npos);
+  // Numbers kept as float32 must fit one (a larger double converts with undefined behaviour).
+  EXPECT_NE(Error(with(R"(, "rope_theta": 1e300)"))
+                .find("\"rope_theta\" = 1e+300 is not a finite float32"),
+            std::string::npos);
+  EXPECT_NE(Error(with(R"(, "rope_scaling": {"rope_type": "linear", "factor": 1e39})"))
+                .find("\"rope_scaling.factor\" must be a positive number, got 1e+39"),
+            std::string::npos);
   EXPECT_NE(Error("[1, 2]").find("m/config.json: not a JSON object"), std::string::npos);
 }
 

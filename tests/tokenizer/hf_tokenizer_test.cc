@@ -276,6 +276,10 @@ TEST_F(HfConfigTest, GenerationConfigEosOutOfRangeIsAnError) {
   EXPECT_EQ(hf.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(hf.status().message(), HasSubstr("generation_config.json"));
   EXPECT_THAT(hf.status().message(), HasSubstr("eos_token_id 300"));
+  dir_.Write("generation_config.json", R"({"eos_token_id": 1e40})");
+  EXPECT_THAT(Load().status().message(), HasSubstr("eos_token_id must be an integer"));
+  dir_.Write("generation_config.json", R"({"eos_token_id": 18446744073709551615})");
+  EXPECT_THAT(Load().status().message(), HasSubstr("eos_token_id 18446744073709551615 is outside"));
 }
 
 TEST_F(HfConfigTest, AddBosTokenFalseAndObjectTokens) {
@@ -389,6 +393,31 @@ TEST(HfTokenizerJsonTest, UnsupportedPartsNameTheField) {
       "pre_tokenizer.behavior 'MergedWithNext' is not supported");
   ExpectJsonError("{" + model + R"(, "pre_tokenizer": {"type": "ByteLevel"}, )" + decoder + "}",
                   "byte-level vocabulary has no token for byte 0");
+}
+
+// Ids and Strip counts must be integers in range: a float like 1e40 used to reach nlohmann's
+// get<int64_t> (undefined behaviour; the hf_tokenizer_json fuzz target found it).
+TEST(HfTokenizerJsonTest, NonIntegerOrHugeNumbersNameTheField) {
+  const std::string decoder = R"("decoder": {"type": "Fuse"})";
+  auto with_vocab = [&](const std::string& vocab) {
+    return R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}, )" + decoder +
+           "}";
+  };
+  ExpectJsonError(with_vocab(R"({"a": 0, "b": 1.65111e+40})"),
+                  "model.vocab['b'] must be an integer, got 1.65111e+40");
+  ExpectJsonError(with_vocab(R"({"a": 0, "b": 1.0})"), "model.vocab['b'] must be an integer");
+  ExpectJsonError(with_vocab(R"({"a": 0, "b": "1"})"), "model.vocab['b'] must be an integer");
+  ExpectJsonError(with_vocab(R"({"a": 0, "b": -1})"),
+                  "model.vocab['b'] = -1 is out of range [0, 2147483646]");
+  ExpectJsonError(with_vocab(R"({"a": 0, "b": 18446744073709551615})"),
+                  "model.vocab['b'] = 18446744073709551615 is out of range");
+  ExpectJsonError(R"({"added_tokens": [{"id": -2e300, "content": "x"}], "model": {"type": "BPE",
+                     "vocab": {"a": 0}, "merges": []}, )" +
+                      decoder + "}",
+                  "added_tokens: id must be an integer, got -2e+300");
+  ExpectJsonError(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                     "decoder": {"type": "Strip", "content": " ", "start": 1e40, "stop": 0}})",
+                  "decoder.start must be an integer, got 1e+40");
 }
 
 TEST(HfTokenizerJsonTest, AddedTokensAndMetaspace) {
