@@ -82,8 +82,8 @@ ApiErrorOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body,
   std::optional<int32_t> max_tokens;
   TS_RETURN_IF_API_ERROR(GetInt32(body, "max_tokens", "max_tokens", &max_tokens));
   if (req.echo && max_tokens == 0) {
-    req.echo_only = true;  // vLLM: the prompt alone; the engine makes 1 token nobody sees
-    req.sampling.max_tokens = 1;
+    req.echo_only = true;  // vLLM: the prompt alone (ToSamplingParams asks the engine for 1 token)
+    req.sampling.max_tokens = 0;
   } else {
     TS_RETURN_IF_API_ERROR(ParseMaxTokensField(body, "max_tokens", &req.sampling.max_tokens));
   }

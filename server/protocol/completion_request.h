@@ -4,8 +4,9 @@
 // against the served names), prompt (required), max_tokens (default 16; null = the rest of the
 // context), logprobs (null, or 0..20 top alternatives per token), echo (false). Unknown fields
 // are ignored. As in vLLM, max_tokens 0 is accepted only with echo (pure scoring: the response
-// has the prompt and, with logprobs, its prompt logprobs, and nothing generated); the engine is
-// then asked for 1 token that the response leaves out (echo_only). The prompt may be:
+// has the prompt and, with logprobs, its prompt logprobs, and nothing generated: echo_only, with
+// sampling.max_tokens 0; ToSamplingParams asks the engine for 1 token that the response leaves
+// out). The prompt may be:
 //   "text"                 one text prompt
 //   ["a", "b"]             one text prompt per string
 //   [1, 2, 3]              one prompt of token ids
@@ -43,7 +44,7 @@ struct CompletionRequest {
   std::optional<std::string> model;
   std::vector<CompletionPrompt> prompts;  // non-empty
   bool echo = false;
-  bool echo_only = false;   // echo with max_tokens 0 (then sampling.max_tokens == 1)
+  bool echo_only = false;   // echo with max_tokens 0 (then sampling.max_tokens == 0)
   SamplingFields sampling;  // sampling.max_tokens defaults to 16; sampling.logprobs = logprobs
 };
 

@@ -222,6 +222,18 @@ ApiErrorOr<SamplingParams> ToSamplingParams(const SamplingFields& f, int32_t num
             ", got " + std::to_string(f.min_tokens) + ".",
         "min_tokens");
   }
+  if (max_tokens == 0) {  // echo scoring: the engine makes one token that nobody sees
+    if (num_prompt_tokens >= max_model_len) {
+      return ApiError::BadRequest(
+          "This model's maximum context length is " + n_text +
+              " tokens. However, your prompt has " + p_text +
+              " tokens, and scoring a prompt (echo with max_tokens 0) needs it to be at "
+              "most " +
+              std::to_string(max_model_len - 1) + " tokens.",
+          "prompt");
+    }
+    max_tokens = 1;
+  }
   SamplingParams p;
   p.temperature = f.temperature;
   p.top_k = f.top_k;

@@ -87,6 +87,10 @@ std::optional<ApiError> ParseMaxTokensField(const nlohmann::json& body, const st
 //   max_tokens null: P >= N    -> 400 "This model's maximum context length is N tokens. However,
 //                    your request has P input tokens. Please reduce the length of the input
 //                    messages.", param "messages"; else max_tokens = N - P.
+//   max_tokens 0 (completions' echo scoring only): checked as M = 0 (so min_tokens > 0 is a 400
+//                    naming max_tokens=0); the engine is then asked for the 1 token the response
+//                    leaves out, which needs P < N: P == N is a 400 saying so, param "prompt"
+//                    (vLLM accepts it; our engine keeps a slot for one output token).
 // REQUIRES: num_prompt_tokens >= 1, max_model_len >= 1.
 ApiErrorOr<SamplingParams> ToSamplingParams(const SamplingFields& fields, int32_t num_prompt_tokens,
                                             int32_t max_model_len);

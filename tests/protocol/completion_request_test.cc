@@ -67,7 +67,7 @@ TEST(CompletionRequestTest, MaxTokensZeroWithEchoIsPureScoring) {
       ParseOk(R"({"prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 2})");
   EXPECT_TRUE(req.echo);
   EXPECT_TRUE(req.echo_only);
-  EXPECT_EQ(req.sampling.max_tokens, 1);
+  EXPECT_EQ(req.sampling.max_tokens, 0);
   EXPECT_EQ(req.sampling.logprobs, 2);
   EXPECT_FALSE(ParseOk(R"({"prompt": "x", "max_tokens": 1, "echo": true})").echo_only);
   EXPECT_FALSE(ParseOk(R"({"prompt": "x", "echo": true})").echo_only);
@@ -318,6 +318,25 @@ TEST(ToSamplingParamsTest, NullMaxTokensFillsTheContext) {
   EXPECT_EQ(full.error().message,
             "This model's maximum context length is 100 tokens. However, your request has 100 "
             "input tokens. Please reduce the length of the input messages.");
+}
+
+TEST(ToSamplingParamsTest, EchoScoringIsCheckedAsZeroTokensAndAsksTheEngineForOne) {
+  SamplingFields f = ParseOk(R"({"prompt": "x", "max_tokens": 0, "echo": true})").sampling;
+  auto p = ToSamplingParams(f, 99, 100);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->max_tokens, 1);
+  auto full = ToSamplingParams(f, 100, 100);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().param, "prompt");
+  EXPECT_EQ(full.error().message,
+            "This model's maximum context length is 100 tokens. However, your prompt has 100 "
+            "tokens, and scoring a prompt (echo with max_tokens 0) needs it to be at most 99 "
+            "tokens.");
+  f.min_tokens = 2;
+  auto min = ToSamplingParams(f, 10, 100);
+  ASSERT_FALSE(min.ok());
+  EXPECT_EQ(min.error().param, "min_tokens");
+  EXPECT_EQ(min.error().message, "min_tokens must be less than or equal to max_tokens=0, got 2.");
 }
 
 TEST(ToSamplingParamsTest, MinTokensOverMaxTokens) {
