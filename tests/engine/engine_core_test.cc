@@ -13,6 +13,7 @@
 namespace tinyserve {
 namespace {
 
+using testing::Drain;
 using testing::FakeExecutor;
 using testing::Finished;
 using testing::MakeEngineRequest;
@@ -32,14 +33,9 @@ struct Harness {
     core.AddObserver(&recorder);
   }
   std::shared_ptr<RequestStream> Submit(EngineRequest r) {
-    StatusOr<std::shared_ptr<RequestStream>> s = core.Submit(std::move(r));
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? *s : nullptr;
+    return testing::SubmitOk(core, std::move(r));
   }
-  void RunUntilIdle() {
-    for (int i = 0; i < 10000 && core.HasPendingWork(); ++i) core.Step();
-    ASSERT_FALSE(core.HasPendingWork());
-  }
+  void RunUntilIdle() { testing::RunUntilIdle(core); }
   const BlockPool& pool() const { return core.scheduler().kv_cache().pool(); }
 
   FakeClock clock;
@@ -53,13 +49,6 @@ EngineConfig Budget(int32_t tokens, int32_t max_num_seqs = 64) {
   c.max_num_batched_tokens = tokens;
   c.max_num_seqs = max_num_seqs;
   return c;
-}
-
-[[maybe_unused]] RequestOutput Drain(RequestStream& s) {
-  RequestOutput all;
-  RequestOutput delta;
-  while (s.TryNext(&delta)) all.Append(delta);
-  return all;
 }
 
 TEST(EngineCoreTest, RequestPreemptedDuringPrefill) {

@@ -18,6 +18,7 @@
 namespace tinyserve {
 namespace {
 
+using testing::Drain;
 using testing::FakeExecutor;
 using testing::Finished;
 using testing::MakeEngineRequest;
@@ -42,14 +43,9 @@ struct FaultHarness {
     return c;
   }
   std::shared_ptr<RequestStream> Submit(EngineRequest r) {
-    StatusOr<std::shared_ptr<RequestStream>> s = core.Submit(std::move(r));
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? *s : nullptr;
+    return testing::SubmitOk(core, std::move(r));
   }
-  void RunUntilIdle() {
-    for (int i = 0; i < 10000 && core.HasPendingWork(); ++i) core.Step();
-    ASSERT_FALSE(core.HasPendingWork());
-  }
+  void RunUntilIdle() { testing::RunUntilIdle(core); }
   const BlockPool& pool() const { return core.scheduler().kv_cache().pool(); }
 
   FakeClock clock;
@@ -59,13 +55,6 @@ struct FaultHarness {
   RecordingObserver recorder;  // before the core: its destructor still reports to the observers
   EngineCore core;
 };
-
-RequestOutput Drain(RequestStream& s) {
-  RequestOutput all;
-  RequestOutput delta;
-  while (s.TryNext(&delta)) all.Append(delta);
-  return all;
-}
 
 // The greedy output of `prompt` run alone on a fault-free engine.
 std::vector<int32_t> SoloRun(const std::vector<int32_t>& prompt, int32_t max_tokens) {

@@ -1,7 +1,11 @@
-// Helpers for EngineCore tests: a recording observer and request builders.
+// Helpers for EngineCore tests: a recording observer, request builders, and the submit / step /
+// drain loop every harness runs.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -59,6 +63,28 @@ inline EngineRequest MakeEngineRequest(const std::string& id, std::vector<int32_
   r.sampling.max_tokens = max_tokens;
   r.sampling.ignore_eos = true;
   return r;
+}
+
+// core.Submit(r); a refusal fails the test and gives nullptr.
+inline std::shared_ptr<RequestStream> SubmitOk(EngineCore& core, EngineRequest r) {
+  StatusOr<std::shared_ptr<RequestStream>> s = core.Submit(std::move(r));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : nullptr;
+}
+
+// Steps `core` on this thread until it has no pending work (at most 10,000 steps, else the test
+// fails).
+inline void RunUntilIdle(EngineCore& core) {
+  for (int i = 0; i < 10000 && core.HasPendingWork(); ++i) core.Step();
+  ASSERT_FALSE(core.HasPendingWork());
+}
+
+// Everything `s` holds now, appended into one output.
+inline RequestOutput Drain(RequestStream& s) {
+  RequestOutput all;
+  RequestOutput delta;
+  while (s.TryNext(&delta)) all.Append(delta);
+  return all;
 }
 
 // prefix + decimal i ("r12"), without operator+ (g++ 12 -Wrestrict false positive, PR 105329).

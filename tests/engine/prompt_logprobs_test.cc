@@ -17,6 +17,7 @@
 namespace tinyserve {
 namespace {
 
+using testing::Drain;
 using testing::FakeExecutor;
 using testing::MakeEngineRequest;
 using testing::Prompt;
@@ -37,14 +38,9 @@ struct Harness {
     return c;
   }
   std::shared_ptr<RequestStream> Submit(EngineRequest r) {
-    StatusOr<std::shared_ptr<RequestStream>> s = core.Submit(std::move(r));
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? *s : nullptr;
+    return testing::SubmitOk(core, std::move(r));
   }
-  void RunUntilIdle() {
-    for (int i = 0; i < 10000 && core.HasPendingWork(); ++i) core.Step();
-    ASSERT_FALSE(core.HasPendingWork());
-  }
+  void RunUntilIdle() { testing::RunUntilIdle(core); }
   // The prompt-logit rows of every sequence that asked for some, batch by batch (the tests have
   // one scored request at a time).
   std::vector<int32_t> RowsPerStep() const {
@@ -68,13 +64,6 @@ EngineRequest Scored(const std::string& id, const std::vector<int32_t>& prompt, 
   EngineRequest r = MakeEngineRequest(id, prompt, max_tokens);
   r.sampling.prompt_logprobs = top_n;
   return r;
-}
-
-RequestOutput Drain(RequestStream& s) {
-  RequestOutput all;
-  RequestOutput delta;
-  while (s.TryNext(&delta)) all.Append(delta);
-  return all;
 }
 
 // The expected prompt logprobs, computed here from the fake model's logits in fp64.
