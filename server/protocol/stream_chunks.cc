@@ -47,6 +47,12 @@ StreamChunks::StreamChunks(const ResponseMeta& meta, Kind kind) : kind_(kind) {
   prefix_ += ",\"choices\":[";
 }
 
+void StreamChunks::AppendHead(int32_t index, std::string* out) const {
+  out->append(prefix_);
+  out->append(R"({"index":)");
+  AppendJsonInt(index, out);
+}
+
 void StreamChunks::AppendTail(const std::optional<Usage>& usage, std::string* out) {
   if (usage) {
     out->append(R"(,"usage":{"prompt_tokens":)");
@@ -64,9 +70,7 @@ void StreamChunks::AppendCompletionChunk(const CompletionChoice& choice,
                                          const std::optional<Usage>& usage, std::string* out,
                                          std::string_view logprobs_json) const {
   assert(kind_ == Kind::kCompletion);
-  out->append(prefix_);
-  out->append(R"({"index":)");
-  AppendJsonInt(choice.index, out);
+  AppendHead(choice.index, out);
   out->append(R"(,"text":)");
   AppendJsonString(choice.text, out);
   out->append(R"(,"logprobs":)");
@@ -85,9 +89,7 @@ void StreamChunks::AppendCompletionChunk(const CompletionChoice& choice,
 
 void StreamChunks::AppendChatRoleChunk(int32_t index, std::string* out) const {
   assert(kind_ == Kind::kChat);
-  out->append(prefix_);
-  out->append(R"({"index":)");
-  AppendJsonInt(index, out);
+  AppendHead(index, out);
   out->append(
       R"(,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}])");
   AppendTail(std::nullopt, out);
@@ -98,9 +100,7 @@ void StreamChunks::AppendChatContentChunk(int32_t index, std::string_view conten
                                           const std::optional<Usage>& usage,
                                           std::string* out) const {
   assert(kind_ == Kind::kChat);
-  out->append(prefix_);
-  out->append(R"({"index":)");
-  AppendJsonInt(index, out);
+  AppendHead(index, out);
   out->append(R"(,"delta":{"content":)");
   AppendJsonString(content, out);
   out->append(R"(},"logprobs":)");
@@ -114,9 +114,7 @@ void StreamChunks::AppendChatFinishChunk(int32_t index, FinishReason finish_reas
                                          const std::optional<Usage>& usage,
                                          std::string* out) const {
   assert(kind_ == Kind::kChat);
-  out->append(prefix_);
-  out->append(R"({"index":)");
-  AppendJsonInt(index, out);
+  AppendHead(index, out);
   out->append(R"(,"delta":{},"logprobs":null,"finish_reason":)");
   AppendFinishReason(finish_reason, out);
   out->append(R"(,"stop_reason":)");

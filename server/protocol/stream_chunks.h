@@ -48,6 +48,8 @@ class StreamChunks {
   void AppendUsageChunk(const Usage& usage, std::string* out) const;
 
  private:
+  // `data: {…,"choices":[{"index":N`: every chunk's opening, up to its one choice's index.
+  void AppendHead(int32_t index, std::string* out) const;
   // Appends `,"usage":{…}` if `usage` is set, then `}\n\n` (closes the chunk).
   static void AppendTail(const std::optional<Usage>& usage, std::string* out);
 
