@@ -119,6 +119,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     spec.prompt_ids = ids;
     spec.params = *params;
     if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
+    if (j > 0) spec.params.prompt_logprobs.reset();  // one prompt: the first choice scores it
     specs.push_back(std::move(spec));
   }
   if (auto e = CheckServing()) return SendError(res, *e);
@@ -160,9 +161,15 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     usage.completion_tokens += c->text.num_tokens();
     choices.push_back(std::move(choice));
   }
+  nlohmann::ordered_json prompt_logprobs = nullptr;
+  if (const GenerationJob::Choice& first = *job->choices().front();
+      first.spec.params.prompt_logprobs) {
+    prompt_logprobs = protocol::PromptLogprobsJson(tok, ids, first.prompt_logprobs);
+  }
   res.status = 200;
-  res.set_content(protocol::DumpJson(protocol::ChatResponseJson(meta, choices, usage)),
-                  "application/json");
+  res.set_content(
+      protocol::DumpJson(protocol::ChatResponseJson(meta, choices, usage, prompt_logprobs)),
+      "application/json");
 }
 
 }  // namespace tinyserve

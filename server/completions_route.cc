@@ -36,7 +36,8 @@ class CompletionSseStream final : public SseStream {
  public:
   CompletionSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
                       protocol::ResponseMeta meta, std::vector<PromptInfo> prompts,
-                      const Tokenizer* tokenizer, const protocol::SamplingFields& fields)
+                      const Tokenizer* tokenizer, const protocol::SamplingFields& fields,
+                      bool echo_logprobs)
       : SseStream(std::move(job), watch),
         meta_(std::move(meta)),
         chunks_(meta_, protocol::StreamChunks::Kind::kCompletion),
@@ -44,6 +45,7 @@ class CompletionSseStream final : public SseStream {
         tokenizer_(tokenizer),
         include_usage_(fields.include_usage()),
         continuous_usage_(fields.stream_options && fields.stream_options->continuous_usage_stats),
+        echo_logprobs_(echo_logprobs),
         text_offsets_(this->job().choices().size(), 0),
         echo_pending_(this->job().choices().size(), false) {}
 
@@ -53,7 +55,7 @@ class CompletionSseStream final : public SseStream {
   void OnStart(std::string* out) override {
     for (size_t i = 0; i < job().choices().size(); ++i) {
       const GenerationJob::Choice& c = *job().choices()[i];
-      if (c.spec.params.prompt_logprobs) {
+      if (echo_logprobs_) {
         echo_pending_[i] = true;
       } else if (!prompts_[static_cast<size_t>(c.spec.prompt_index)].echo.empty()) {
         SendEcho(i, out);
@@ -104,7 +106,7 @@ class CompletionSseStream final : public SseStream {
     protocol::CompletionChoice choice;
     choice.index = c.spec.index;
     choice.text = echo;
-    if (c.spec.params.prompt_logprobs) {
+    if (echo_logprobs_) {
       choice.logprobs =
           protocol::CompletionPromptLogprobsJson(*tokenizer_, c.spec.prompt_ids, c.prompt_logprobs);
     }
@@ -130,6 +132,7 @@ class CompletionSseStream final : public SseStream {
   const Tokenizer* const tokenizer_;
   const bool include_usage_;
   const bool continuous_usage_;
+  const bool echo_logprobs_;  // echo with logprobs: the echo chunk carries the prompt's logprobs
   std::vector<size_t> text_offsets_;  // [num_choices] code points sent so far
   std::vector<bool> echo_pending_;    // [num_choices] the echo waits for the prompt logprobs
   std::string logprobs_json_;         // OnUpdate's logprobs object, reused
@@ -147,6 +150,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
 
+  const bool echo_logprobs = request.echo && fields.logprobs.has_value();
   std::vector<PromptInfo> prompts;
   std::vector<ChoiceSpec> specs;
   for (size_t p = 0; p < request.prompts.size(); ++p) {
@@ -162,8 +166,11 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
       spec.prompt_index = static_cast<int32_t>(p);
       spec.prompt_ids = info.ids;
       spec.params = *params;
-      // vLLM: echo with logprobs asks for the prompt's logprobs too.
-      if (request.echo && fields.logprobs) spec.params.prompt_logprobs = *fields.logprobs;
+      // vLLM: echo with logprobs asks for the prompt's logprobs too (top-n = logprobs, unless
+      // the request's prompt_logprobs, already in params, says otherwise).
+      if (echo_logprobs && !spec.params.prompt_logprobs) {
+        spec.params.prompt_logprobs = *fields.logprobs;
+      }
       spec.echo_only = request.echo_only;
       if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
       specs.push_back(std::move(spec));
@@ -181,9 +188,10 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
 
   if (fields.stream) {
-    SseStream::Attach(std::make_shared<CompletionSseStream>(std::move(job), watch, std::move(meta),
-                                                            std::move(prompts), &tok, fields),
-                      res, NextSseWriter());
+    SseStream::Attach(
+        std::make_shared<CompletionSseStream>(std::move(job), watch, std::move(meta),
+                                              std::move(prompts), &tok, fields, echo_logprobs),
+        res, NextSseWriter());
     return;
   }
 
@@ -205,12 +213,16 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     if (c->spec.params.logprobs) {
       choice.logprobs = protocol::CompletionLogprobsJson(tok, c->logprobs_prev_id, c->logprobs,
                                                          protocol::Utf8Length(prompt.echo));
-      if (c->spec.params.prompt_logprobs) {
+      if (echo_logprobs) {
         nlohmann::ordered_json all =
             protocol::CompletionPromptLogprobsJson(tok, c->spec.prompt_ids, c->prompt_logprobs);
         protocol::ConcatCompletionLogprobs(&all, choice.logprobs);
         choice.logprobs = std::move(all);
       }
+    }
+    if (c->spec.params.prompt_logprobs) {  // vLLM sends them whenever they were computed
+      choice.prompt_logprobs =
+          protocol::PromptLogprobsJson(tok, c->spec.prompt_ids, c->prompt_logprobs);
     }
     choice.finish_reason = c->text.finish_reason();
     choice.stop_reason = c->text.stop_reason();

@@ -1,6 +1,7 @@
 #include "server/protocol/logprobs_json.h"
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -141,6 +142,31 @@ nlohmann::ordered_json CompletionPromptLogprobsJson(
   out["top_logprobs"] = nlohmann::ordered_json::array({nullptr});
   ConcatCompletionLogprobs(&out, CompletionLogprobsJson(tokenizer, prompt_ids.front(),
                                                         prompt_logprobs, Utf8Length(first)));
+  return out;
+}
+
+nlohmann::ordered_json PromptLogprobsJson(const Tokenizer& tokenizer,
+                                          const std::vector<int32_t>& prompt_ids,
+                                          const std::vector<TokenLogprobs>& prompt_logprobs) {
+  assert(!prompt_ids.empty() && prompt_logprobs.size() < prompt_ids.size());
+  nlohmann::ordered_json out = nlohmann::ordered_json::array({nullptr});
+  for (size_t i = 0; i < prompt_logprobs.size(); ++i) {
+    const TokenLogprobs& t = prompt_logprobs[i];
+    const int32_t prev = prompt_ids[i];
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    auto add = [&](int32_t id, float logprob, int32_t rank) {
+      nlohmann::ordered_json value;
+      value["logprob"] = JsonLogprob(logprob);
+      value["rank"] = rank;
+      value["decoded_token"] = LogprobTokenText(tokenizer, prev, id);
+      entry[std::to_string(id)] = std::move(value);
+    };
+    add(t.token_id, t.logprob, t.rank);
+    for (size_t k = 0; k < t.top.size(); ++k) {
+      add(t.top[k].first, t.top[k].second, static_cast<int32_t>(k) + 1);
+    }
+    out.push_back(std::move(entry));
+  }
   return out;
 }
 

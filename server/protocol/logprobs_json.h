@@ -60,6 +60,18 @@ nlohmann::ordered_json CompletionPromptLogprobsJson(
     const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
     const std::vector<TokenLogprobs>& prompt_logprobs);
 
+// vLLM's `prompt_logprobs` list (a completion choice's field, or a chat response's): entry 0 is
+// null (the first prompt token has no context); entry i >= 1 is an object keyed by token id (as a
+// decimal string), first prompt_ids[i] with prompt_logprobs[i - 1]'s logprob and rank, then its
+// top-n alternatives with ranks 1..n (one of them may be prompt_ids[i] again: like vLLM's dict,
+// that key keeps its place and takes the later rank). Each value is {"logprob", "rank",
+// "decoded_token"}; decoded_token is LogprobTokenText(prompt_ids[i - 1], id). Has
+// 1 + prompt_logprobs.size() entries. REQUIRES: prompt_ids non-empty,
+// prompt_logprobs.size() < prompt_ids.size().
+nlohmann::ordered_json PromptLogprobsJson(const Tokenizer& tokenizer,
+                                          const std::vector<int32_t>& prompt_ids,
+                                          const std::vector<TokenLogprobs>& prompt_logprobs);
+
 // Appends the entries of `tail` to those of `head` (both CompletionLogprobsJson-shaped).
 void ConcatCompletionLogprobs(nlohmann::ordered_json* head, const nlohmann::ordered_json& tail);
 

@@ -73,6 +73,7 @@ Json CompletionChoiceJson(const CompletionChoice& c) {
   out["logprobs"] = c.logprobs;
   out["finish_reason"] = FinishReasonJson(c.finish_reason);
   out["stop_reason"] = StopReasonJson(c.stop_reason);
+  if (!c.prompt_logprobs.is_null()) out["prompt_logprobs"] = c.prompt_logprobs;
   return out;
 }
 
@@ -103,7 +104,7 @@ Json CompletionUsageChunkJson(const ResponseMeta& meta, const Usage& usage) {
 }
 
 Json ChatResponseJson(const ResponseMeta& meta, const std::vector<ChatChoice>& choices,
-                      const Usage& usage) {
+                      const Usage& usage, const Json& prompt_logprobs) {
   Json out = Header(meta, "chat.completion");
   out["choices"] = Json::array();
   for (const auto& c : choices) {
@@ -116,6 +117,7 @@ Json ChatResponseJson(const ResponseMeta& meta, const std::vector<ChatChoice>& c
     out["choices"].push_back(std::move(choice));
   }
   out["usage"] = UsageJson(usage);
+  if (!prompt_logprobs.is_null()) out["prompt_logprobs"] = prompt_logprobs;
   return out;
 }
 

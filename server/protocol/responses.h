@@ -3,13 +3,14 @@
 //
 //   text_completion         {"id": "cmpl-…", "object": "text_completion", "created", "model",
 //                            "choices": [{"index", "text", "logprobs", "finish_reason",
-//                            "stop_reason"}], "usage": {"prompt_tokens", "total_tokens",
-//                            "completion_tokens"}}
+//                            "stop_reason"[, "prompt_logprobs"]}], "usage": {"prompt_tokens",
+//                            "total_tokens", "completion_tokens"}}
 //   its stream chunk        the same object with one choice (finish_reason null until the last
 //                            chunk of that choice) and no usage, unless continuous usage is asked
 //   chat.completion         {"id": "chatcmpl-…", "object": "chat.completion", "created", "model",
 //                            "choices": [{"index", "message": {"role": "assistant", "content"},
-//                            "logprobs", "finish_reason", "stop_reason"}], "usage"}
+//                            "logprobs", "finish_reason", "stop_reason"}], "usage"[,
+//                            "prompt_logprobs"]}
 //   chat.completion.chunk   choices [{"index", "delta", "logprobs", "finish_reason"}]: first a
 //                            role chunk (delta {"role": "assistant", "content": ""}), then content
 //                            chunks (delta {"content": …}), then a finish chunk (delta {},
@@ -19,8 +20,9 @@
 // the stop token id (int) that ended it, or the stop string (vLLM). For n > 1 and several
 // prompts, choice index = prompt_index * n + sample_index. A stream is a sequence of
 // SseData(chunk) and ends with SseDone(). Only the fields above are sent: vLLM's always-empty
-// extras (message.tool_calls, reasoning_content, system_fingerprint, prompt_logprobs) are left
-// out; OpenAI clients treat them as optional. Pure functions (NewRequestId draws random bits).
+// extras (message.tool_calls, reasoning_content, system_fingerprint) and a null prompt_logprobs
+// are left out; OpenAI clients treat them as optional. Pure functions (NewRequestId draws random
+// bits).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,9 @@ struct CompletionChoice {
   nlohmann::ordered_json logprobs = nullptr;  // CompletionLogprobsJson, or null
   FinishReason finish_reason = FinishReason::kNone;
   StopReason stop_reason;
+  // PromptLogprobsJson when the engine scored the prompt (the request's prompt_logprobs, or echo
+  // with logprobs), else null and left out. Never in stream chunks (vLLM).
+  nlohmann::ordered_json prompt_logprobs = nullptr;
 };
 
 struct ChatChoice {
@@ -88,8 +93,11 @@ nlohmann::ordered_json CompletionChunkJson(const ResponseMeta& meta, const Compl
 nlohmann::ordered_json CompletionUsageChunkJson(const ResponseMeta& meta, const Usage& usage);
 
 // Chat.
+// prompt_logprobs (PromptLogprobsJson of the one prompt, for the request's prompt_logprobs) goes
+// after usage when not null, as in vLLM's ChatCompletionResponse.
 nlohmann::ordered_json ChatResponseJson(const ResponseMeta& meta,
-                                        const std::vector<ChatChoice>& choices, const Usage& usage);
+                                        const std::vector<ChatChoice>& choices, const Usage& usage,
+                                        const nlohmann::ordered_json& prompt_logprobs = nullptr);
 nlohmann::ordered_json ChatRoleChunkJson(const ResponseMeta& meta, int32_t index);
 nlohmann::ordered_json ChatContentChunkJson(const ResponseMeta& meta, int32_t index,
                                             const std::string& content,

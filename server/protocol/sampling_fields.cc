@@ -185,6 +185,23 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
     return ApiError::BadRequest("Stream options can only be defined when `stream=True`.",
                                 "stream_options");
   }
+  TS_RETURN_IF_API_ERROR(GetInt32(body, "prompt_logprobs", "prompt_logprobs", &f.prompt_logprobs));
+  if (f.prompt_logprobs) {
+    int32_t& n = *f.prompt_logprobs;
+    if (n < -1) {
+      return RangeError("prompt_logprobs", "`prompt_logprobs` must be a positive value or -1.");
+    }
+    if (n == -1) n = vocab_size;  // vLLM: the whole vocabulary
+    if (n > kMaxLogprobs) {
+      return RangeError("prompt_logprobs",
+                        "Requested prompt logprobs of " + std::to_string(n) +
+                            ", which is greater than max allowed: " + std::to_string(kMaxLogprobs));
+    }
+    if (f.stream && n > 0) {
+      return RangeError("prompt_logprobs",
+                        "`prompt_logprobs` are not available when `stream=True`.");
+    }
+  }
   std::optional<std::string> user;
   TS_RETURN_IF_API_ERROR(GetString(body, "user", "user", &user));
   return std::nullopt;
@@ -248,6 +265,7 @@ ApiErrorOr<SamplingParams> ToSamplingParams(const SamplingFields& f, int32_t num
   p.stop_token_ids = f.stop_token_ids;
   p.ignore_eos = f.ignore_eos;
   p.logprobs = f.logprobs;
+  p.prompt_logprobs = f.prompt_logprobs;
   // Every field was checked while parsing; this is the safety net for the engine's contract.
   Status valid = p.Validate(std::numeric_limits<int32_t>::max());
   if (!valid.ok()) return ApiError::BadRequest(valid.message());

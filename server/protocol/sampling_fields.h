@@ -20,6 +20,9 @@
 //   priority                     0        any int32 (lower = more important)
 //   stream                       false
 //   stream_options               null     {include_usage, continuous_usage_stats}; only with stream
+//   prompt_logprobs              null     vLLM's extension: top-n logprobs of every prompt token
+//                                         but the first; [0, kMaxLogprobs], -1 = the vocabulary
+//                                         (so over the cap unless it is tiny); > 0 not with stream
 //   user                         ignored
 // max_tokens and logprobs are spelled differently per endpoint; each parser fills them.
 // Plain values and pure functions.
@@ -65,6 +68,7 @@ struct SamplingFields {
   bool stream = false;
   std::optional<StreamOptions> stream_options;
   std::optional<int32_t> logprobs;  // top-n logprobs per generated token for the engine; [0, 20]
+  std::optional<int32_t> prompt_logprobs;  // top-n per prompt token; [0, 20]
 
   bool include_usage() const { return stream_options && stream_options->include_usage; }
 };

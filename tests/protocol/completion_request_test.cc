@@ -207,6 +207,15 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "logprobs": -1})", "logprobs", "`logprobs` must be a positive value."},
       {R"({"prompt": "x", "logprobs": true})", "logprobs", nullptr},
       {R"({"prompt": "x", "echo": 1})", "echo", nullptr},
+      {R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs",
+       "Requested prompt logprobs of 21, which is greater than max allowed: 20"},
+      {R"({"prompt": "x", "prompt_logprobs": -1})", "prompt_logprobs",  // -1: all 512 tokens
+       "Requested prompt logprobs of 512, which is greater than max allowed: 20"},
+      {R"({"prompt": "x", "prompt_logprobs": -2})", "prompt_logprobs",
+       "`prompt_logprobs` must be a positive value or -1."},
+      {R"({"prompt": "x", "prompt_logprobs": "1"})", "prompt_logprobs", nullptr},
+      {R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", "prompt_logprobs",
+       "`prompt_logprobs` are not available when `stream=True`."},
       {R"({"prompt": "x", "seed": "1"})", "seed", "`seed` must be an integer, got a string"},
       {R"({"prompt": "x", "seed": 1.5})", "seed", nullptr},
       {R"({"prompt": "x", "ignore_eos": "no"})", "ignore_eos", nullptr},
@@ -274,7 +283,7 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
   CompletionRequest req = ParseOk(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5,
     "top_p": 0.9, "top_k": 5, "min_p": 0.05, "seed": 42, "stop_token_ids": [3], "ignore_eos": true,
     "min_tokens": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2, "repetition_penalty": 1.1,
-    "logprobs": 3})");
+    "logprobs": 3, "prompt_logprobs": 4})");
   auto p = ToSamplingParams(req.sampling, 10, 100);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->max_tokens, 7);
@@ -290,6 +299,10 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
   EXPECT_FLOAT_EQ(p->frequency_penalty, 0.2f);
   EXPECT_FLOAT_EQ(p->repetition_penalty, 1.1f);
   EXPECT_EQ(p->logprobs, 3);
+  EXPECT_EQ(p->prompt_logprobs, 4);
+  EXPECT_EQ(
+      ParseOk(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})").sampling.prompt_logprobs,
+      0);  // 0 is allowed with stream (vLLM), and unused there
 }
 
 TEST(ToSamplingParamsTest, OverContextLengthUsesVllmMessage) {

@@ -167,6 +167,37 @@ TEST(LogprobsJsonTest, CompletionPromptLogprobsThenGeneratedOnes) {
             R"("top_logprobs":[null]})");
 }
 
+TEST(LogprobsJsonTest, PromptLogprobsAreVllmsListOfDictsByTokenId) {
+  FakeTokenizer tok({"He", "llo", " wo"});
+  const int32_t he = tok.Id("He"), llo = tok.Id("llo"), wo = tok.Id(" wo");
+  ASSERT_EQ(he, 3);
+  ASSERT_EQ(wo, 5);
+  const std::vector<TokenLogprobs> prompt_lps = {
+      {he, -2.0f, 3, {{wo, -0.5f}}},
+      // The prompt token is also the top alternative: its key keeps its place, takes rank 1.
+      {llo, -std::numeric_limits<float>::infinity(), 9, {{llo, -1e5f}, {he, -0.75f}}},
+  };
+  EXPECT_EQ(PromptLogprobsJson(tok, {1, he, llo}, prompt_lps).dump(),
+            R"([null,{"3":{"logprob":-2.0,"rank":3,"decoded_token":"He"},)"
+            R"("5":{"logprob":-0.5,"rank":1,"decoded_token":" wo"}},)"
+            R"({"4":{"logprob":-9999.0,"rank":1,"decoded_token":"llo"},)"
+            R"("3":{"logprob":-0.75,"rank":2,"decoded_token":"He"}}])");
+  EXPECT_EQ(PromptLogprobsJson(tok, {wo}, {}).dump(), "[null]");
+  // A completion choice carries them after stop_reason; a chat response after usage.
+  CompletionChoice choice;
+  choice.text = "x";
+  choice.prompt_logprobs = PromptLogprobsJson(tok, {wo}, {});
+  EXPECT_EQ(CompletionResponseJson(kCmpl, {choice}, {1, 1}).dump(),
+            R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"stories",)"
+            R"("choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":null,)"
+            R"("stop_reason":null,"prompt_logprobs":[null]}],"usage":{"prompt_tokens":1,)"
+            R"("total_tokens":2,"completion_tokens":1}})");
+  EXPECT_EQ(ChatResponseJson(kChat, {}, {1, 0}, choice.prompt_logprobs).dump(),
+            R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,)"
+            R"("model":"stories","choices":[],"usage":{"prompt_tokens":1,"total_tokens":1,)"
+            R"("completion_tokens":0},"prompt_logprobs":[null]})");
+}
+
 TEST(LogprobsJsonTest, ChatLogprobs) {
   FakeTokenizer tok({"Hi", "\xC3", "!"});
   const int32_t hi = tok.Id("Hi"), c3 = tok.Id("\xC3"), bang = tok.Id("!");

@@ -304,5 +304,78 @@ TEST_F(PromptLogprobsHttpTest, WarmPrefixCacheAndChunkedPrefillGiveTheSameValues
   ExpectSameLogprobs(s7.choices.at(0)["logprobs"], cold["logprobs"], 1e-4);
 }
 
+// vLLM's `prompt_logprobs` request field: a list per completion choice (null first, then dicts by
+// token id of {logprob, rank, decoded_token}), at the top of a chat response; not with stream.
+TEST_F(PromptLogprobsHttpTest, PromptLogprobsFieldIsVllmsListForCompletionsAndChat) {
+  const std::vector<std::vector<double>> golden = GoldenLogprobs();
+  const json r =
+      PostOk(server_,
+             {{"prompt", kPrompt}, {"max_tokens", 2}, {"temperature", 0}, {"prompt_logprobs", 2}});
+  const json& c = r["choices"][0];
+  EXPECT_TRUE(c["logprobs"].is_null());
+  EXPECT_EQ(c["text"].get<std::string>().rfind(tok().Decode(kPrompt), 0), std::string::npos);
+  const json& pl = c["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), kPrompt.size()) << pl;
+  EXPECT_TRUE(pl[0].is_null());
+  for (size_t i = 1; i < kPrompt.size(); ++i) {
+    const std::vector<double>& ref = golden[i - 1];
+    const std::vector<int32_t> top = TopIds(ref, 2);
+    ASSERT_EQ(top[0], kPrompt[i]);  // the prompt token is the most likely: 2 entries, not 3
+    ASSERT_EQ(pl[i].size(), 2u) << pl[i];
+    for (size_t k = 0; k < top.size(); ++k) {
+      const json& e = pl[i][std::to_string(top[k])];
+      EXPECT_NEAR(e["logprob"].get<double>(), ref[top[k]], 1e-4) << i;
+      EXPECT_EQ(e["rank"], k + 1);
+      EXPECT_EQ(e["decoded_token"], protocol::LogprobTokenText(tok(), kPrompt[i - 1], top[k]));
+    }
+  }
+
+  // Echo with logprobs computes them too, and vLLM sends them: the same values as the echo's.
+  const json echo = PostOk(server_, {{"prompt", kPrompt},
+                                     {"max_tokens", 1},
+                                     {"temperature", 0},
+                                     {"echo", true},
+                                     {"logprobs", 1}})["choices"][0];
+  ASSERT_EQ(echo["prompt_logprobs"].size(), kPrompt.size());
+  for (size_t i = 1; i < kPrompt.size(); ++i) {
+    EXPECT_EQ(echo["prompt_logprobs"][i][std::to_string(kPrompt[i])]["logprob"],
+              echo["logprobs"]["token_logprobs"][i]);
+  }
+  // Without either, no prompt_logprobs key (vLLM's null is left out).
+  EXPECT_FALSE(PostOk(server_, {{"prompt", kPrompt}, {"max_tokens", 1}})["choices"][0].contains(
+      "prompt_logprobs"));
+
+  // Chat: one list for the one prompt, at the top level, with n = 2; top-0 keeps the token alone.
+  auto chat = server_.Post("/v1/chat/completions",
+                           {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+                            {"max_tokens", 2},
+                            {"n", 2},
+                            {"prompt_logprobs", 0}});
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const json cr = json::parse(chat->body);
+  const json& cpl = cr["prompt_logprobs"];
+  ASSERT_EQ(cpl.size(), cr["usage"]["prompt_tokens"].get<size_t>()) << cpl;
+  EXPECT_TRUE(cpl[0].is_null());
+  for (size_t i = 1; i < cpl.size(); ++i) {
+    ASSERT_EQ(cpl[i].size(), 1u) << cpl[i];
+    EXPECT_LE(cpl[i].begin().value()["logprob"].get<double>(), 0.0);
+    EXPECT_GE(cpl[i].begin().value()["rank"].get<int>(), 1);
+  }
+  ASSERT_EQ(cr["choices"].size(), 2u);
+  EXPECT_FALSE(cr["choices"][0].contains("prompt_logprobs"));
+
+  // Streaming cannot carry them (vLLM's error), for either endpoint.
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    auto res = server_.Post(path, {{"prompt", "x"},
+                                   {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                   {"stream", true},
+                                   {"prompt_logprobs", 1}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << path;
+    EXPECT_EQ(json::parse(res->body)["error"]["param"], "prompt_logprobs") << res->body;
+  }
+}
+
 }  // namespace
 }  // namespace tinyserve
