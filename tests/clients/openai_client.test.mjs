@@ -124,6 +124,26 @@ test('echo with logprobs and max_tokens 0 scores the prompt (lm-evaluation-harne
     assert.ok(c.logprobs.tokens[i] in c.logprobs.top_logprobs[i]);
   }
   assert.equal(scored.usage.completion_tokens, 0);
+  // vLLM's prompt_logprobs list comes with them: null, then {token id: {logprob, rank, ...}}.
+  assert.equal(c.prompt_logprobs.length, 5);
+  assert.equal(c.prompt_logprobs[0], null);
+  for (let i = 1; i < 5; ++i) {
+    const entries = Object.values(c.prompt_logprobs[i]);
+    assert.ok(entries.some((e) => e.logprob === c.logprobs.token_logprobs[i]));
+  }
+});
+
+test('vLLM\'s prompt_logprobs field passes through the client (chat too)', async () => {
+  const chat = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: 1, prompt_logprobs: 1,
+  });
+  assert.equal(chat.prompt_logprobs.length, chat.usage.prompt_tokens);
+  assert.equal(chat.prompt_logprobs[0], null);
+  for (const entry of chat.prompt_logprobs.slice(1)) {
+    for (const e of Object.values(entry)) {
+      assert.ok(e.logprob <= 0 && e.rank >= 1 && typeof e.decoded_token === 'string');
+    }
+  }
 });
 
 test('models.list names the served model', async () => {
