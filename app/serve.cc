@@ -101,9 +101,10 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   cmd->add_option("--max-queue-len", f.max_queue_len,
                   "answer 503 when this many requests wait to be scheduled (0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--chat-template", f.chat_template,
-                  "chat template name (plain, chatml, zephyr, llama-2, ...); default: the "
-                  "model's own (an error if it is not one of these), else plain")
+  cmd->add_option(
+         "--chat-template", f.chat_template,
+         "chat template name (plain, chatml, zephyr, llama-2, llama-3.2, ...); default: the "
+         "model's own (an error if it is not one of these), else plain")
       ->check([](const std::string& name) {
         return protocol::IsKnownChatTemplate(name) ? std::string()
                                                    : "unknown chat template '" + name + "'";

@@ -27,13 +27,18 @@ constexpr DefaultSystem kChatmlDefaults[] = {
 StatusOr<std::string> RecognizeHfChatTemplate(std::string_view jinja, const std::string& source) {
   auto unsupported = [&](const std::string& why) {
     return InvalidArgument(source + ": unrecognised chat_template (" + why +
-                           "); known families: llama-2, llama-3, chatml, qwen2, qwen2.5, "
-                           "smollm2, zephyr; pass --chat-template NAME to choose one");
+                           "); known families: llama-2, llama-3, llama-3.1, llama-3.2, "
+                           "chatml, qwen2, qwen2.5, smollm2, zephyr; pass --chat-template NAME "
+                           "to choose one");
   };
   if (Has(jinja, "<|start_header_id|>") && Has(jinja, "<|end_header_id|>") &&
       Has(jinja, "<|eot_id|>")) {
+    if (Has(jinja, "Cutting Knowledge Date: December 2023") && Has(jinja, "Today Date: ")) {
+      // Llama 3.2 dates its preamble today (strftime_now); 3.1 and 3.3 with "26 Jul 2024".
+      return std::string(Has(jinja, "strftime_now") ? "llama-3.2" : "llama-3.1");
+    }
     if (Has(jinja, "Cutting Knowledge Date") || Has(jinja, "tools_in_user_message")) {
-      return unsupported("a Llama 3.1+ template with a dated system preamble and tool calls");
+      return unsupported("a Llama 3.1+-style template with an unknown preamble");
     }
     return std::string("llama-3");
   }

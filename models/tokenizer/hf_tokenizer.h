@@ -80,8 +80,10 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& path
 
 // The chat template family a tokenizer_config.json `chat_template` (a Jinja string) is, judged by
 // its distinctive markers:
-//   "llama-3"  <|start_header_id|> ... <|end_header_id|> ... <|eot_id|> (Llama 3.0's template;
-//              Llama 3.1+'s with "Cutting Knowledge Date" is not supported)
+//   "llama-3.2" those markers with "Cutting Knowledge Date: December 2023", "Today Date: " and
+//              strftime_now (Llama 3.2)
+//   "llama-3.1" the same without strftime_now (Llama 3.1, 3.3: "26 Jul 2024")
+//   "llama-3"  <|start_header_id|> ... <|end_header_id|> ... <|eot_id|> without them (Llama 3.0)
 //   "qwen2.5"  ChatML with Qwen 2.5's default system message ("You are Qwen, created by ...")
 //   "smollm2"  ChatML with SmolLM2's default system message ("You are a helpful AI assistant
 //              named SmolLM, trained by Hugging Face")

@@ -108,6 +108,15 @@ ApiErrorOr<ChatRequest> ParseChatRequest(const nlohmann::json& body, int32_t voc
   if (req.logprobs) req.sampling.logprobs = req.top_logprobs.value_or(0);
   TS_RETURN_IF_API_ERROR(
       GetBool(body, "add_generation_prompt", "add_generation_prompt", &req.add_generation_prompt));
+  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return ApiError::BadRequest("`tools` must be an array, got " + JsonTypePhrase(*it), "tools");
+    }
+    if (!it->empty()) {
+      return ApiError::BadRequest("Tool calling is not supported by this server; send no `tools`.",
+                                  "tools");
+    }
+  }
   return req;
 }
 

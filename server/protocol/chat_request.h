@@ -13,6 +13,8 @@
 //   logprobs               bool (false)
 //   top_logprobs           0..20, only with logprobs: true; sampling.logprobs = top_logprobs (or 0)
 //   add_generation_prompt  bool (true), vLLM's extension
+//   tools                  absent, null or [] (no tool calling: a tool list is a 400, not ignored,
+//                          since a Llama 3.1+ template would have rendered it)
 // Unknown fields are ignored. Plain values and pure functions.
 #pragma once
 

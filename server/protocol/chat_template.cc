@@ -1,6 +1,7 @@
 #include "server/protocol/chat_template.h"
 
 #include <algorithm>
+#include <ctime>
 #include <optional>
 
 #include "models/tokenizer/added_tokens.h"
@@ -82,6 +83,39 @@ RenderedChat RenderLlama3(const std::vector<ChatMessage>& messages, bool add_gen
   return b.Take();
 }
 
+// Llama 3.1+ (no tools): a system header always comes first, with the dated preamble and the
+// stripped system message (if the first message is one); then every other message as Llama 3.
+RenderedChat RenderLlama31(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           std::string_view date) {
+  ChatBuilder b;
+  b.Text("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n");
+  b.Text("Cutting Knowledge Date: December 2023\nToday Date: ").Text(date).Text("\n\n");
+  size_t first = 0;
+  if (!messages.empty() && messages[0].role == "system") {
+    b.Content(Strip(messages[0].content));
+    first = 1;
+  }
+  b.Text("<|eot_id|>");
+  for (size_t i = first; i < messages.size(); ++i) {
+    b.Text("<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n")
+        .Content(Strip(messages[i].content))
+        .Text("<|eot_id|>");
+  }
+  if (add_generation_prompt) b.Text("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return b.Take();
+}
+
+// Today in local time as strftime "%d %b %Y" in the C locale ("30 Nov 2026"), as transformers'
+// strftime_now gives the Llama 3.2 template.
+std::string TodayDateString() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char buf[32];
+  const size_t n = std::strftime(buf, sizeof(buf), "%d %b %Y", &local);
+  return std::string(buf, n);
+}
+
 StatusOr<RenderedChat> RenderLlama2(const std::vector<ChatMessage>& messages) {
   size_t first = 0;
   std::string system;
@@ -121,8 +155,9 @@ constexpr const char* kSmolLM2System =
 }  // namespace
 
 const std::vector<std::string>& KnownChatTemplates() {
-  static const auto* names = new std::vector<std::string>{
-      "plain", "chatml", "qwen2", "qwen2.5", "smollm2", "zephyr", "llama-2", "llama-3"};
+  static const auto* names =
+      new std::vector<std::string>{"plain",  "chatml",  "qwen2",   "qwen2.5",   "smollm2",
+                                   "zephyr", "llama-2", "llama-3", "llama-3.1", "llama-3.2"};
   return *names;
 }
 
@@ -149,7 +184,7 @@ StatusOr<std::string> ChooseChatTemplate(std::string_view flag, std::string_view
 }
 
 StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt) {
+                                  bool add_generation_prompt, std::string_view today) {
   if (name == "plain") return RenderPlain(messages, add_generation_prompt);
   if (name == "chatml") return RenderChatml(messages, add_generation_prompt, nullptr);
   if (name == "qwen2") return RenderChatml(messages, add_generation_prompt, kQwen2System);
@@ -158,6 +193,11 @@ StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatM
   if (name == "zephyr") return RenderZephyr(messages, add_generation_prompt);
   if (name == "llama-2") return RenderLlama2(messages);
   if (name == "llama-3") return RenderLlama3(messages, add_generation_prompt);
+  if (name == "llama-3.1") return RenderLlama31(messages, add_generation_prompt, "26 Jul 2024");
+  if (name == "llama-3.2") {
+    return RenderLlama31(messages, add_generation_prompt,
+                         today.empty() ? TodayDateString() : std::string(today));
+  }
   std::string known;
   for (const std::string& n : KnownChatTemplates()) known += (known.empty() ? "" : ", ") + n;
   return NotFound("unknown chat template '" + std::string(name) + "' (known: " + known + ")");

@@ -28,7 +28,14 @@
 //   llama-3  Meta-Llama-3-Instruct: "<|begin_of_text|>" before the first message; per message
 //            "<|start_header_id|>{role}<|end_header_id|>\n\n{strip(x)}<|eot_id|>"; generation
 //            prompt "<|start_header_id|>assistant<|end_header_id|>\n\n".
-// Pure functions; thread-safe.
+//   llama-3.1, llama-3.2
+//            Meta's Llama 3.1 / 3.3 and Llama 3.2 templates without tools: "<|begin_of_text|>"
+//            then always a system header "<|start_header_id|>system<|end_header_id|>\n\n
+//            Cutting Knowledge Date: December 2023\nToday Date: {D}\n\n{strip(S)}<|eot_id|>",
+//            S the first message if it is a system one (else ""); then every other message as in
+//            llama-3. D is "26 Jul 2024" for llama-3.1, today's date ("%d %b %Y", local time, as
+//            transformers' strftime_now) for llama-3.2.
+// Pure functions but for llama-3.2's date; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -72,10 +79,11 @@ struct RenderedChat {
 };
 
 // Renders `messages` with template `name`; the generation prompt is appended iff
-// `add_generation_prompt`. Errors: NotFound for an unknown template name (a server configuration
-// error), InvalidArgument when the messages break the template's rules (a 400).
+// `add_generation_prompt`. `today` replaces llama-3.2's date when not empty (tests). Errors:
+// NotFound for an unknown template name (a server configuration error), InvalidArgument when the
+// messages break the template's rules (a 400).
 StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt);
+                                  bool add_generation_prompt, std::string_view today = {});
 
 // RenderChat's text alone.
 StatusOr<std::string> RenderChatTemplate(std::string_view name,

@@ -129,6 +129,11 @@ TEST(ChatRequestTest, BadInputsGive400NamingTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1})",
        "add_generation_prompt", nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}], "model": ["m"]})", "model", nullptr},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+       "tools", "Tool calling is not supported by this server; send no `tools`."},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools", nullptr},
+      {R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 21})",
+       "prompt_logprobs", "Requested prompt logprobs of 21, which is greater than max allowed: 20"},
   };
   for (const BadCase& c : cases) {
     auto r = ParseChatRequestBody(c.body, kVocab);

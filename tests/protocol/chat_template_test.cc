@@ -64,6 +64,55 @@ TEST(ChatTemplateTest, Llama3) {
   EXPECT_EQ(Render("llama-3", {}, true), "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+// Expected texts rendered by jinja2 (trim_blocks, lstrip_blocks, as transformers) from
+// Llama-3.2-1B-Instruct's published chat_template, with strftime_now giving 30 Nov 2026; Llama
+// 3.1's template renders the same without tools, with date_string "26 Jul 2024".
+TEST(ChatTemplateTest, Llama31And32DatedSystemHeader) {
+  const std::vector<ChatMessage> spaced = {
+      {"system", "  Be brief. "}, {"user", "Hi\n"}, {"assistant", " Hello! "}, {"user", "Bye"}};
+  auto render32 = [](const std::vector<ChatMessage>& m, bool gen) {
+    auto r = RenderChat("llama-3.2", m, gen, "30 Nov 2026");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->text : "";
+  };
+  const std::string header =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+      "December 2023\nToday Date: 30 Nov 2026\n\n";
+  EXPECT_EQ(render32(spaced, true),
+            header +
+                "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render32(spaced, false),
+            header +
+                "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>");
+  // Without a system message the header is still there, empty.
+  EXPECT_EQ(render32({{"user", "Hi"}}, true),
+            header +
+                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(Render("llama-3.1", {{"user", "Hi"}}),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge "
+            "Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  // The system message is content (no special tokens from it); the date is template text.
+  auto r = RenderChat("llama-3.2", {{"system", "S"}, {"user", "U"}}, false, "30 Nov 2026");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->content_ranges.size(), 2u);
+  EXPECT_EQ(r->text.substr(r->content_ranges[0].first, 1), "S");
+  // Today's date by default: "DD Mon YYYY".
+  const std::string today = Render("llama-3.2", {{"user", "Hi"}});
+  const size_t at = today.find("Today Date: ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string date = today.substr(at + 12, today.find("\n", at) - at - 12);
+  EXPECT_EQ(date.size(), 11u) << date;
+  EXPECT_EQ(date[2], ' ');
+  EXPECT_EQ(date[6], ' ');
+}
+
 TEST(ChatTemplateTest, ChatmlWithDefaultSystemMessages) {
   const std::string rest =
       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
@@ -148,7 +197,7 @@ TEST(ChatTemplateTest, UnknownNameIsNotFound) {
   EXPECT_EQ(
       r.status().message(),
       "unknown chat template 'vicuna' (known: plain, chatml, qwen2, qwen2.5, smollm2, zephyr, "
-      "llama-2, llama-3)");
+      "llama-2, llama-3, llama-3.1, llama-3.2)");
 }
 
 class Llama2TokenizerTest : public ::testing::Test {
@@ -279,6 +328,26 @@ TEST(HfChatPromptTest, Llama3HeaderIds) {
   expected.push_back(128007);
   Add(expected, tok, "\n\n");
   EXPECT_EQ(EncodeChatPrompt("llama-3", *r, tok), expected);
+}
+
+TEST(HfChatPromptTest, Llama31HeaderIds) {
+  HfTokenizerFiles hf = Synthetic(128256, HfTokenizerStyle::kLlama3);
+  const Tokenizer& tok = *hf.tokenizer;
+  auto r = RenderChat("llama-3.1", {{"user", "Hi"}}, true);
+  ASSERT_TRUE(r.ok());
+  std::vector<int32_t> expected = {128000, 128006};
+  Add(expected, tok, "system");
+  expected.push_back(128007);
+  Add(expected, tok, "\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+  expected.insert(expected.end(), {128009, 128006});
+  Add(expected, tok, "user");
+  expected.push_back(128007);
+  Add(expected, tok, "\n\nHi");
+  expected.insert(expected.end(), {128009, 128006});
+  Add(expected, tok, "assistant");
+  expected.push_back(128007);
+  Add(expected, tok, "\n\n");
+  EXPECT_EQ(EncodeChatPrompt("llama-3.1", *r, tok), expected);
 }
 
 TEST(HfChatPromptTest, ZephyrIds) {

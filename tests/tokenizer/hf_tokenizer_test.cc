@@ -496,9 +496,26 @@ constexpr const char* kTinyLlamaJinja =
     "'<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and "
     "add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
 
+// The distinctive lines of Llama 3.2's and Llama 3.1's (and 3.3's) templates.
+constexpr const char* kLlama32Fragment =
+    "{%- if not date_string is defined %}\n    {%- if strftime_now is defined %}\n        {%- set "
+    "date_string = strftime_now(\"%d %b %Y\") %}\n    {%- else %}\n        {%- set date_string = "
+    "\"26 Jul 2024\" %}\n    {%- endif %}\n{%- endif %}\n{{- "
+    "\"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n{{- \"Cutting Knowledge Date: "
+    "December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n{{- "
+    "\"<|eot_id|>\" }}";
+constexpr const char* kLlama31Fragment =
+    "{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" %}\n{%- endif "
+    "%}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n{%- if builtin_tools is "
+    "defined or tools is not none %}\n    {{- \"Environment: ipython\\n\" }}\n{%- endif %}\n{{- "
+    "\"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + "
+    "\"\\n\\n\" }}\n{{- \"<|eot_id|>\" }}";
+
 TEST(RecognizeHfChatTemplateTest, PublishedTemplates) {
   for (auto [jinja, name] : {std::pair{kLlama2Jinja, "llama-2"},
                              {kLlama3Jinja, "llama-3"},
+                             {kLlama32Fragment, "llama-3.2"},
+                             {kLlama31Fragment, "llama-3.1"},
                              {kSmolLMJinja, "chatml"},
                              {kQwen2Jinja, "qwen2"},
                              {kQwen25Fragment, "qwen2.5"},
@@ -514,9 +531,9 @@ TEST(RecognizeHfChatTemplateTest, UnsupportedTemplatesAreErrors) {
        {std::pair{"{{ bos_token }}{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' "
                   "}}{% endfor %}",
                   "Mistral"},
-        {"{{- \"Cutting Knowledge Date: December 2023\\n\" }}<|start_header_id|><|end_header_id|>"
+        {"{{- \"Cutting Knowledge Date: 2023\\n\" }}<|start_header_id|><|end_header_id|>"
          "<|eot_id|>",
-         "Llama 3.1+"},
+         "unknown preamble"},
         {"<|im_start|>system\\nYou are a pirate.<|im_end|>", "unknown default system message"},
         {"{% for m in messages %}{{ m['content'] }}{% endfor %}", "no known markers"}}) {
     StatusOr<std::string> got = RecognizeHfChatTemplate(jinja, "dir/tokenizer_config.json");
