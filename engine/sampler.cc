@@ -109,7 +109,7 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
   const bool has_penalties =
       sp.repetition_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f;
   int32_t token;
-  if (sp.is_greedy() && !mask_stops && !has_penalties) {
+  if (sp.is_greedy() && !mask_stops && !has_penalties && sp.logit_bias.empty()) {
     token = Argmax(logits, v);  // the common fast path: no copy
   } else {
     float* x = x_.data();
@@ -119,6 +119,7 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
         x[*req.eos_token_id] = kNegInf;
       for (int32_t t : sp.stop_token_ids) x[t] = kNegInf;
     }
+    for (const auto& [t, bias] : sp.logit_bias) x[t] += bias;
     ApplyPenalties(req);
     if (sp.is_greedy()) {
       token = Argmax(x, v);

@@ -2,13 +2,15 @@
 //
 // Processing order of a logits row (Sampler): raw logprobs are taken first (log-softmax of the
 // raw model logits, vLLM's default "raw_logprobs"); then min_tokens masks EOS and stop token ids;
-// then repetition / frequency / presence penalties; then greedy argmax if temperature < 1e-5, else
+// then logit_bias is added; then repetition / frequency / presence penalties (vLLM V1's order);
+// then greedy argmax if temperature < 1e-5, else
 // temperature, min_p, top_k, top_p and a draw from the request's counter-based generator keyed by
 // (seed, output index). A plain value; Validate() before use.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "engine/status.h"
@@ -31,6 +33,9 @@ struct SamplingParams {
   int32_t min_tokens = 0;               // EOS and stop ids are masked until this many outputs
   std::vector<int32_t> stop_token_ids;  // finish with reason stop when sampled
   bool ignore_eos = false;
+  // (token id, bias) pairs added to the logits (OpenAI's logit_bias; the frontend clamps to
+  // [-100, 100]); ids in [0, vocab_size), biases finite. A repeated id adds twice.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   std::optional<int32_t> logprobs;  // top-n logprobs per generated token, n in [0, 20]
   // Top-n logprobs (n in [0, 20]) of every prompt token after the first: the raw log-softmax of

@@ -1,5 +1,7 @@
 #include "server/protocol/sampling_fields.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -108,6 +110,63 @@ std::optional<ApiError> ParseStreamOptions(const nlohmann::json& body,
 
 }  // namespace
 
+// OpenAI's logit_bias: {"<token id>": bias}; biases clamped to [-100, 100] (vLLM), ids checked
+// against the vocabulary after every key parsed (vLLM lists all of the bad ones).
+std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab_size,
+                                       std::vector<std::pair<int32_t, float>>* out) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    return ApiError::BadRequest("`logit_bias` must be an object, got " + JsonTypePhrase(*it),
+                                "logit_bias");
+  }
+  std::vector<std::pair<int32_t, float>> bias;
+  std::string out_of_vocab;
+  for (auto entry = it->begin(); entry != it->end(); ++entry) {
+    const std::string& key = entry.key();
+    int64_t id = 0;
+    const char* end = key.data() + key.size();
+    const char* begin = key.data() + (!key.empty() && key[0] == '+' ? 1 : 0);
+    auto [ptr, ec] = std::from_chars(begin, end, id);
+    if (key.empty() || ec != std::errc() || ptr != end) {
+      return ApiError::BadRequest("Found token_id `" + key +
+                                      "` in logit_bias but token_id must be an integer or string "
+                                      "representing an integer",
+                                  "logit_bias");
+    }
+    if (!entry->is_number()) {
+      return ApiError::BadRequest(
+          "`logit_bias` values must be numbers, got " + JsonTypePhrase(*entry) + " for " + key,
+          "logit_bias");
+    }
+    if (id < 0 || id >= vocab_size) {
+      out_of_vocab += (out_of_vocab.empty() ? "" : ", ") + std::to_string(id);
+      continue;
+    }
+    const double value = entry->get<double>();
+    if (std::isnan(value)) {
+      return ApiError::BadRequest("`logit_bias` values must be numbers", "logit_bias");
+    }
+    const float clamped = static_cast<float>(std::clamp(value, -100.0, 100.0));
+    auto same =
+        std::find_if(bias.begin(), bias.end(), [&](const auto& b) { return b.first == id; });
+    if (same != bias.end()) {
+      same->second = clamped;  // "5" and "05": one id, one value (a Python dict keeps the last)
+    } else {
+      bias.emplace_back(static_cast<int32_t>(id), clamped);
+    }
+  }
+  if (!out_of_vocab.empty()) {
+    return ApiError::BadRequest("token_id(s) [" + out_of_vocab +
+                                    "] in logit_bias contain out-of-vocab token ids. Vocabulary "
+                                    "size: " +
+                                    std::to_string(vocab_size),
+                                "logit_bias");
+  }
+  *out = std::move(bias);
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseMaxTokensField(const nlohmann::json& body, const std::string& key,
                                             std::optional<int32_t>* out) {
   std::optional<int32_t> value;
@@ -168,6 +227,7 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
   TS_RETURN_IF_API_ERROR(ParseSeed(body, &f.seed));
   TS_RETURN_IF_API_ERROR(ParseStop(body, &f.stop));
   TS_RETURN_IF_API_ERROR(ParseStopTokenIds(body, vocab_size, &f.stop_token_ids));
+  TS_RETURN_IF_API_ERROR(ParseLogitBias(body, vocab_size, &f.logit_bias));
   TS_RETURN_IF_API_ERROR(GetBool(body, "include_stop_str_in_output", "include_stop_str_in_output",
                                  &f.include_stop_str_in_output));
   TS_RETURN_IF_API_ERROR(GetBool(body, "ignore_eos", "ignore_eos", &f.ignore_eos));
@@ -263,6 +323,7 @@ ApiErrorOr<SamplingParams> ToSamplingParams(const SamplingFields& f, int32_t num
   p.max_tokens = max_tokens;
   p.min_tokens = f.min_tokens;
   p.stop_token_ids = f.stop_token_ids;
+  p.logit_bias = f.logit_bias;
   p.ignore_eos = f.ignore_eos;
   p.logprobs = f.logprobs;
   p.prompt_logprobs = f.prompt_logprobs;

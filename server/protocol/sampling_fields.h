@@ -13,6 +13,8 @@
 //   seed                         none     any 64-bit integer (negative ones wrap to uint64)
 //   stop                         []       a string or an array of strings, none empty
 //   stop_token_ids               []       ids in [0, vocab_size)
+//   logit_bias                   {}       {"<token id>": number}: ids in [0, vocab_size) (all bad
+//                                         ones named), numbers clamped to [-100, 100] (vLLM)
 //   include_stop_str_in_output   false
 //   ignore_eos                   false
 //   min_tokens                   0        >= 0 and <= max_tokens
@@ -32,6 +34,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/sampling_params.h"
@@ -60,6 +63,7 @@ struct SamplingFields {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, clamped bias), each id once
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
   int32_t min_tokens = 0;

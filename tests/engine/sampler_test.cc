@@ -115,6 +115,41 @@ TEST(SamplerTest, MinTokensMasksEosAndStopTokens) {
   EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 1);
 }
 
+TEST(SamplerTest, LogitBiasIsAddedAfterTheMinTokensMaskAndBeforePenalties) {
+  Sampler sampler(4);
+  const std::vector<float> logits = {0.0f, 5.0f, 4.0f, 3.0f};
+  Request r = MakeRequest({0});
+  r.sampling.logit_bias = {{3, 2.5f}};  // 3 + 2.5 = 5.5 > 5
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 3);
+  r.sampling.logit_bias = {{1, -100.0f}};  // the maximum pushed down: 2 wins
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 2);
+  // A masked token stays masked: -inf + 100 is -inf.
+  r.eos_token_id = 3;
+  r.sampling.min_tokens = 1;
+  r.sampling.logit_bias = {{3, 100.0f}};
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 1);
+  // Penalties apply to the biased logit: 3 + 3 = 6 (> 0) / 2 = 3 < 5.
+  Request p = MakeRequest({3});
+  p.sampling.logit_bias = {{3, 3.0f}};
+  EXPECT_EQ(sampler.Sample(p, logits.data(), nullptr), 3);
+  p.sampling.repetition_penalty = 2.0f;
+  EXPECT_EQ(sampler.Sample(p, logits.data(), nullptr), 1);
+  // Sampled logprobs stay raw (vLLM): the bias does not show in them.
+  Request lp = MakeRequest({0});
+  lp.sampling.logit_bias = {{3, 10.0f}};
+  lp.sampling.logprobs = 0;
+  TokenLogprobs out;
+  EXPECT_EQ(sampler.Sample(lp, logits.data(), &out), 3);
+  EXPECT_EQ(out.rank, 3);  // below 5 and 4 in the raw logits
+  EXPECT_FLOAT_EQ(out.logprob, 3.0f - std::log(std::exp(0.0f) + std::exp(5.0f) + std::exp(4.0f) +
+                                               std::exp(3.0f)));
+  // Random draws see the bias too: with +inf-like bias only token 0 can be drawn.
+  Request d = MakeRequest({0});
+  d.sampling.temperature = 1.0f;
+  d.sampling.logit_bias = {{0, 100.0f}};
+  EXPECT_EQ(Draws(d, logits, 50), std::set<int32_t>{0});
+}
+
 TEST(SamplerTest, TopKKeepsTheKMostLikely) {
   Request r = MakeRequest({0});
   r.sampling.temperature = 1.0f;
@@ -266,6 +301,13 @@ TEST(SamplingParamsTest, ValidateRejectsOutOfRangeFields) {
   p = SamplingParams{};
   p.temperature = -1.0f;
   EXPECT_FALSE(p.Validate(10).ok());
+  p = SamplingParams{};
+  p.logit_bias = {{10, 1.0f}};
+  EXPECT_FALSE(p.Validate(10).ok());
+  p.logit_bias = {{9, std::nanf("")}};
+  EXPECT_FALSE(p.Validate(10).ok());
+  p.logit_bias = {{9, -100.0f}};
+  EXPECT_TRUE(p.Validate(10).ok());
 }
 
 }  // namespace

@@ -207,6 +207,17 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "logprobs": -1})", "logprobs", "`logprobs` must be a positive value."},
       {R"({"prompt": "x", "logprobs": true})", "logprobs", nullptr},
       {R"({"prompt": "x", "echo": 1})", "echo", nullptr},
+      {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias",
+       "`logit_bias` must be an object, got an array"},
+      {R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias",
+       "Found token_id `a` in logit_bias but token_id must be an integer or string representing an "
+       "integer"},
+      {R"({"prompt": "x", "logit_bias": {"1.5": 1}})", "logit_bias", nullptr},
+      {R"({"prompt": "x", "logit_bias": {"": 1}})", "logit_bias", nullptr},
+      {R"({"prompt": "x", "logit_bias": {"5": "up"}})", "logit_bias",
+       "`logit_bias` values must be numbers, got a string for 5"},
+      {R"({"prompt": "x", "logit_bias": {"512": 1, "3": 1, "-1": 2}})", "logit_bias",
+       "token_id(s) [-1, 512] in logit_bias contain out-of-vocab token ids. Vocabulary size: 512"},
       {R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs",
        "Requested prompt logprobs of 21, which is greater than max allowed: 20"},
       {R"({"prompt": "x", "prompt_logprobs": -1})", "prompt_logprobs",  // -1: all 512 tokens
@@ -300,6 +311,13 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
   EXPECT_FLOAT_EQ(p->repetition_penalty, 1.1f);
   EXPECT_EQ(p->logprobs, 3);
   EXPECT_EQ(p->prompt_logprobs, 4);
+  // logit_bias: clamped to [-100, 100], "+7" and "07" are id 7 (the later key wins).
+  CompletionRequest biased = ParseOk(
+      R"({"prompt": "x", "logit_bias": {"5": 1e300, "6": -1000, "+7": 0.5, "07": 2.5, "8": -3}})");
+  auto b = ToSamplingParams(biased.sampling, 10, 100);
+  ASSERT_TRUE(b.ok());
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(b->logit_bias, (Bias{{7, 2.5f}, {5, 100.0f}, {6, -100.0f}, {8, -3.0f}}));
   EXPECT_EQ(
       ParseOk(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})").sampling.prompt_logprobs,
       0);  // 0 is allowed with stream (vLLM), and unused there

@@ -235,6 +235,34 @@ TEST_F(CompletionsTest, LogprobsHaveOneEntryPerToken) {
   EXPECT_EQ(lp["text_offset"][0], 0);
 }
 
+TEST_F(CompletionsTest, LogitBiasSteersGreedyDecoding) {
+  const Tokenizer& tok = server_.tokenizer();
+  const std::vector<int32_t> prompt = tok.Encode("Once upon a time", true);
+  const int32_t lily = tok.Encode(" Lily", false).back();
+  const json forced = PostOk(server_, {{"prompt", prompt},
+                                       {"max_tokens", 4},
+                                       {"temperature", 0},
+                                       {"logit_bias", {{std::to_string(lily), 100}}}});
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), 4, lily);
+  EXPECT_EQ(forced["choices"][0]["text"], tok.Decode(all).substr(tok.Decode(prompt).size()));
+  // Banning the golden first token changes the continuation.
+  const GoldenCase g = Golden(0);
+  const std::string golden = PostOk(
+      server_, {{"prompt", g.prompt}, {"max_tokens", 1}, {"temperature", 0}})["choices"][0]["text"];
+  const int32_t first = tok.Encode(g.prompt + golden, true).back();
+  const json banned = PostOk(server_, {{"prompt", g.prompt},
+                                       {"max_tokens", 1},
+                                       {"temperature", 0},
+                                       {"logit_bias", {{std::to_string(first), -100}}}});
+  EXPECT_NE(banned["choices"][0]["text"], golden);
+  // Out-of-vocabulary ids are a 400 naming them.
+  auto bad = server_.Post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "logit_bias");
+}
+
 TEST_F(CompletionsTest, NullMaxTokensRunsToTheContextEnd) {
   const json r = PostOk(server_, {{"prompt", "Once upon a time"},
                                   {"max_tokens", nullptr},
