@@ -74,6 +74,9 @@ ApiErrorOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body,
   CompletionRequest req;
   TS_RETURN_IF_API_ERROR(GetString(body, "model", "model", &req.model));
   TS_RETURN_IF_API_ERROR(ParsePrompt(body, vocab_size, &req.prompts));
+  if (auto it = body.find("suffix"); it != body.end() && !it->is_null()) {
+    return ApiError::BadRequest("suffix is not currently supported", "suffix");  // as vLLM
+  }
   req.sampling.max_tokens = kDefaultCompletionMaxTokens;
   if (auto it = body.find("max_tokens"); it != body.end() && it->is_null()) {
     req.sampling.max_tokens.reset();  // explicit null: the rest of the context

@@ -2,11 +2,11 @@
 //
 // Fields beyond SamplingFields (sampling_fields.h): model (optional string; the server checks it
 // against the served names), prompt (required), max_tokens (default 16; null = the rest of the
-// context), logprobs (null, or 0..20 top alternatives per token), echo (false). Unknown fields
-// are ignored. As in vLLM, max_tokens 0 is accepted only with echo (pure scoring: the response
-// has the prompt and, with logprobs, its prompt logprobs, and nothing generated: echo_only, with
-// sampling.max_tokens 0; ToSamplingParams asks the engine for 1 token that the response leaves
-// out). The prompt may be:
+// context), logprobs (null, or 0..20 top alternatives per token), echo (false), suffix (must be
+// null: 400 "suffix is not currently supported", as vLLM). Unknown fields are ignored. As in vLLM,
+// max_tokens 0 is accepted only with echo (pure scoring: the response has the prompt and, with
+// logprobs, its prompt logprobs, and nothing generated: echo_only, with sampling.max_tokens 0;
+// ToSamplingParams asks the engine for 1 token that the response leaves out). The prompt may be:
 //   "text"                 one text prompt
 //   ["a", "b"]             one text prompt per string
 //   [1, 2, 3]              one prompt of token ids

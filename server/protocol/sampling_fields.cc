@@ -108,8 +108,6 @@ std::optional<ApiError> ParseStreamOptions(const nlohmann::json& body,
   return std::nullopt;
 }
 
-}  // namespace
-
 // OpenAI's logit_bias: {"<token id>": bias}; biases clamped to [-100, 100] (vLLM), ids checked
 // against the vocabulary after every key parsed (vLLM lists all of the bad ones).
 std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab_size,
@@ -167,6 +165,38 @@ std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab
   return std::nullopt;
 }
 
+// Fields vLLM honours that this server does not: refused (400) rather than silently ignored,
+// since ignoring them changes what the client gets.
+std::optional<ApiError> RejectUnsupported(const nlohmann::json& body) {
+  auto present = [&](const char* key) {
+    auto it = body.find(key);
+    return it != body.end() && !it->is_null() ? &*it : nullptr;
+  };
+  if (const nlohmann::json* v = present("use_beam_search"); v != nullptr && *v != false) {
+    return ApiError::BadRequest("Beam search is not supported by this server.", "use_beam_search");
+  }
+  if (const nlohmann::json* v = present("best_of"); v != nullptr && *v != 1) {
+    return ApiError::BadRequest("best_of is not supported by this server; use n.", "best_of");
+  }
+  if (const nlohmann::json* v = present("response_format");
+      v != nullptr && !(v->is_object() && v->value("type", nlohmann::json()) == "text")) {
+    return ApiError::BadRequest(
+        "Only `response_format` {\"type\": \"text\"} is supported by this server (no structured "
+        "output).",
+        "response_format");
+  }
+  for (const char* key :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
+    if (present(key) != nullptr) {
+      return ApiError::BadRequest(
+          std::string("Guided decoding (`") + key + "`) is not supported by this server.", key);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseMaxTokensField(const nlohmann::json& body, const std::string& key,
                                             std::optional<int32_t>* out) {
   std::optional<int32_t> value;
@@ -182,6 +212,7 @@ std::optional<ApiError> ParseMaxTokensField(const nlohmann::json& body, const st
 std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t vocab_size,
                                             SamplingFields* out) {
   SamplingFields& f = *out;
+  TS_RETURN_IF_API_ERROR(RejectUnsupported(body));
   TS_RETURN_IF_API_ERROR(GetFloat(body, "temperature", "temperature", &f.temperature));
   if (f.temperature < 0.0f) {
     return RangeError("temperature",

@@ -26,6 +26,8 @@
 //                                         but the first; [0, kMaxLogprobs], -1 = the vocabulary
 //                                         (so over the cap unless it is tiny); > 0 not with stream
 //   user                         ignored
+//   use_beam_search, best_of (> 1), response_format (but {"type": "text"}), guided_json,
+//   guided_regex, guided_choice, guided_grammar, structured_outputs: 400, not supported here
 // max_tokens and logprobs are spelled differently per endpoint; each parser fills them.
 // Plain values and pure functions.
 #pragma once

@@ -79,7 +79,7 @@ TEST(CompletionRequestTest, AllFieldsParsed) {
     "min_p": 0.1, "n": 3, "stop": ["a", "bc"], "stop_token_ids": [2, 5], "stream": true,
     "stream_options": {"include_usage": true}, "logprobs": 5, "echo": true, "seed": -1,
     "ignore_eos": true, "min_tokens": 2, "presence_penalty": 0.5, "frequency_penalty": -0.5,
-    "repetition_penalty": 1.2, "priority": -3, "user": "u", "best_of": 9, "whatever": {}})");
+    "repetition_penalty": 1.2, "priority": -3, "user": "u", "best_of": 1, "whatever": {}})");
   const SamplingFields& s = req.sampling;
   EXPECT_EQ(s.max_tokens, 7);
   EXPECT_EQ(s.temperature, 0.0f);
@@ -207,6 +207,16 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "logprobs": -1})", "logprobs", "`logprobs` must be a positive value."},
       {R"({"prompt": "x", "logprobs": true})", "logprobs", nullptr},
       {R"({"prompt": "x", "echo": 1})", "echo", nullptr},
+      {R"({"prompt": "x", "suffix": "end"})", "suffix", "suffix is not currently supported"},
+      {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search",
+       "Beam search is not supported by this server."},
+      {R"({"prompt": "x", "best_of": 3})", "best_of",
+       "best_of is not supported by this server; use n."},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format",
+       nullptr},
+      {R"({"prompt": "x", "response_format": "text"})", "response_format", nullptr},
+      {R"({"prompt": "x", "guided_choice": ["a", "b"]})", "guided_choice",
+       "Guided decoding (`guided_choice`) is not supported by this server."},
       {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias",
        "`logit_bias` must be an object, got an array"},
       {R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias",
@@ -311,6 +321,11 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
   EXPECT_FLOAT_EQ(p->repetition_penalty, 1.1f);
   EXPECT_EQ(p->logprobs, 3);
   EXPECT_EQ(p->prompt_logprobs, 4);
+  // The harmless forms of refused fields pass.
+  EXPECT_TRUE(ParseCompletionRequestBody(R"({"prompt": "x", "use_beam_search": false, "best_of": 1,
+    "response_format": {"type": "text"}, "suffix": null, "guided_json": null})",
+                                         512)
+                  .ok());
   // logit_bias: clamped to [-100, 100], "+7" and "07" are id 7 (the later key wins).
   CompletionRequest biased = ParseOk(
       R"({"prompt": "x", "logit_bias": {"5": 1e300, "6": -1000, "+7": 0.5, "07": 2.5, "8": -3}})");
