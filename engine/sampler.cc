@@ -81,6 +81,25 @@ void Sampler::ApplyPenalties(const Request& req) {
   }
 }
 
+void Sampler::MaskStops(const Request& req, float* x) {
+  const SamplingParams& sp = req.sampling;
+  masked_.clear();
+  auto mask = [&](int32_t t) {
+    if (x[t] == kNegInf) return;
+    masked_.emplace_back(t, x[t]);
+    x[t] = kNegInf;
+  };
+  if (!sp.ignore_eos && req.eos_token_id && *req.eos_token_id < vocab_size_) {
+    mask(*req.eos_token_id);
+  }
+  for (int32_t t : sp.stop_token_ids) mask(t);
+  // Stop ids covering every token left (the whole vocabulary, or all of allowed_token_ids): the
+  // request cannot go on without one, so this step is not masked (rather than sampling nothing).
+  if (x[Argmax(x, vocab_size_)] == kNegInf) {
+    for (const auto& [t, value] : masked_) x[t] = value;
+  }
+}
+
 void Sampler::FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out) {
   const float max = logits[Argmax(logits, vocab_size_)];
   double sum = 0.0;
@@ -109,16 +128,18 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
   const bool has_penalties =
       sp.repetition_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f;
   int32_t token;
-  if (sp.is_greedy() && !mask_stops && !has_penalties && sp.logit_bias.empty()) {
+  if (sp.is_greedy() && !mask_stops && !has_penalties && sp.logit_bias.empty() &&
+      sp.allowed_token_ids.empty()) {
     token = Argmax(logits, v);  // the common fast path: no copy
   } else {
     float* x = x_.data();
-    std::copy(logits, logits + v, x);
-    if (mask_stops) {
-      if (!sp.ignore_eos && req.eos_token_id && *req.eos_token_id < v)
-        x[*req.eos_token_id] = kNegInf;
-      for (int32_t t : sp.stop_token_ids) x[t] = kNegInf;
+    if (sp.allowed_token_ids.empty()) {
+      std::copy(logits, logits + v, x);
+    } else {
+      std::fill(x, x + v, kNegInf);
+      for (int32_t t : sp.allowed_token_ids) x[t] = logits[t];
     }
+    if (mask_stops) MaskStops(req, x);
     for (const auto& [t, bias] : sp.logit_bias) x[t] += bias;
     ApplyPenalties(req);
     if (sp.is_greedy()) {
@@ -188,6 +209,7 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
         if (cum > target) break;
       }
       assert(token >= 0);
+      if (token < 0) token = Argmax(x, v);  // only NaN logits get here
     }
   }
   if (sp.logprobs) {

@@ -50,15 +50,19 @@ class Sampler {
 
  private:
   void ApplyPenalties(const Request& req);
+  // Sets the EOS (unless ignore_eos) and stop-id entries of `x` to -inf, unless that leaves no
+  // finite entry: then `x` is left as it was.
+  void MaskStops(const Request& req, float* x);
 
   const int32_t vocab_size_;
   std::vector<float> x_;         // [vocab] processed logits
   std::vector<int32_t> counts_;  // [vocab] output-token counts (zero between calls)
   std::vector<uint8_t> seen_;    // [vocab] prompt/output membership (zero between calls)
   std::vector<int32_t> touched_;
-  std::vector<int32_t> order_;   // scratch indices
-  std::vector<float> values_;    // scratch values
-  std::vector<double> weights_;  // scratch exp(logit - max)
+  std::vector<int32_t> order_;                     // scratch indices
+  std::vector<float> values_;                      // scratch values
+  std::vector<double> weights_;                    // scratch exp(logit - max)
+  std::vector<std::pair<int32_t, float>> masked_;  // MaskStops' overwritten entries
 };
 
 }  // namespace tinyserve

@@ -30,6 +30,12 @@ Status SamplingParams::Validate(int32_t vocab_size) const {
       return InvalidArgument("stop_token_ids: " + std::to_string(id) + " is not in the vocabulary");
     }
   }
+  for (int32_t id : allowed_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return InvalidArgument("allowed_token_ids: " + std::to_string(id) +
+                             " is not in the vocabulary");
+    }
+  }
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= vocab_size) {
       return InvalidArgument("logit_bias: " + std::to_string(id) + " is not in the vocabulary");

@@ -1,11 +1,12 @@
 // SamplingParams: how one request turns logits into tokens, and when it stops (vLLM semantics).
 //
 // Processing order of a logits row (Sampler): raw logprobs are taken first (log-softmax of the
-// raw model logits, vLLM's default "raw_logprobs"); then min_tokens masks EOS and stop token ids;
-// then logit_bias is added; then repetition / frequency / presence penalties (vLLM V1's order);
-// then greedy argmax if temperature < 1e-5, else
-// temperature, min_p, top_k, top_p and a draw from the request's counter-based generator keyed by
-// (seed, output index). A plain value; Validate() before use.
+// raw model logits, vLLM's default "raw_logprobs"); then allowed_token_ids masks every other
+// token; then min_tokens masks EOS and stop token ids (unless that would mask every token left:
+// then that step goes unmasked); then logit_bias is added; then repetition / frequency / presence
+// penalties (vLLM V1's order); then greedy argmax if temperature < 1e-5, else temperature, min_p,
+// top_k, top_p and a draw from the request's counter-based generator keyed by (seed, output index).
+// A plain value; Validate() before use.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,8 @@ struct SamplingParams {
   // (token id, bias) pairs added to the logits (OpenAI's logit_bias; the frontend clamps to
   // [-100, 100]); ids in [0, vocab_size), biases finite. A repeated id adds twice.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // When not empty, only these ids can be sampled (vLLM's allowed_token_ids); ids in vocab.
+  std::vector<int32_t> allowed_token_ids;
 
   std::optional<int32_t> logprobs;  // top-n logprobs per generated token, n in [0, 20]
   // Top-n logprobs (n in [0, 20]) of every prompt token after the first: the raw log-softmax of

@@ -165,6 +165,36 @@ std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab
   return std::nullopt;
 }
 
+// vLLM's allowed_token_ids: null, or a non-empty array of ids in [0, vocab_size) (its messages).
+std::optional<ApiError> ParseAllowedTokenIds(const nlohmann::json& body, int32_t vocab_size,
+                                             std::vector<int32_t>* out) {
+  auto it = body.find("allowed_token_ids");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) {
+    return ApiError::BadRequest(
+        "`allowed_token_ids` must be an array of integers, got " + JsonTypePhrase(*it),
+        "allowed_token_ids");
+  }
+  if (it->empty()) {
+    return ApiError::BadRequest("allowed_token_ids is not None and empty!", "allowed_token_ids");
+  }
+  std::vector<int32_t> ids;
+  for (const auto& v : *it) {
+    int32_t id = 0;
+    if (!AsInt32(v, &id)) {
+      return ApiError::BadRequest("`allowed_token_ids` must be an array of integers",
+                                  "allowed_token_ids");
+    }
+    if (id < 0 || id >= vocab_size) {
+      return ApiError::BadRequest("allowed_token_ids contains out-of-vocab token id!",
+                                  "allowed_token_ids");
+    }
+    ids.push_back(id);
+  }
+  *out = std::move(ids);
+  return std::nullopt;
+}
+
 // Fields vLLM honours that this server does not: refused (400) rather than silently ignored,
 // since ignoring them changes what the client gets.
 std::optional<ApiError> RejectUnsupported(const nlohmann::json& body) {
@@ -259,6 +289,7 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
   TS_RETURN_IF_API_ERROR(ParseStop(body, &f.stop));
   TS_RETURN_IF_API_ERROR(ParseStopTokenIds(body, vocab_size, &f.stop_token_ids));
   TS_RETURN_IF_API_ERROR(ParseLogitBias(body, vocab_size, &f.logit_bias));
+  TS_RETURN_IF_API_ERROR(ParseAllowedTokenIds(body, vocab_size, &f.allowed_token_ids));
   TS_RETURN_IF_API_ERROR(GetBool(body, "include_stop_str_in_output", "include_stop_str_in_output",
                                  &f.include_stop_str_in_output));
   TS_RETURN_IF_API_ERROR(GetBool(body, "ignore_eos", "ignore_eos", &f.ignore_eos));
@@ -355,6 +386,7 @@ ApiErrorOr<SamplingParams> ToSamplingParams(const SamplingFields& f, int32_t num
   p.min_tokens = f.min_tokens;
   p.stop_token_ids = f.stop_token_ids;
   p.logit_bias = f.logit_bias;
+  p.allowed_token_ids = f.allowed_token_ids;
   p.ignore_eos = f.ignore_eos;
   p.logprobs = f.logprobs;
   p.prompt_logprobs = f.prompt_logprobs;

@@ -15,6 +15,8 @@
 //   stop_token_ids               []       ids in [0, vocab_size)
 //   logit_bias                   {}       {"<token id>": number}: ids in [0, vocab_size) (all bad
 //                                         ones named), numbers clamped to [-100, 100] (vLLM)
+//   allowed_token_ids            null     a non-empty array of ids in [0, vocab_size): only these
+//                                         can be sampled (vLLM)
 //   include_stop_str_in_output   false
 //   ignore_eos                   false
 //   min_tokens                   0        >= 0 and <= max_tokens
@@ -66,6 +68,7 @@ struct SamplingFields {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (id, clamped bias), each id once
+  std::vector<int32_t> allowed_token_ids;             // empty = every token
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
   int32_t min_tokens = 0;

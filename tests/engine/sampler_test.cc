@@ -150,6 +150,55 @@ TEST(SamplerTest, LogitBiasIsAddedAfterTheMinTokensMaskAndBeforePenalties) {
   EXPECT_EQ(Draws(d, logits, 50), std::set<int32_t>{0});
 }
 
+TEST(SamplerTest, AllowedTokenIdsMaskEveryOtherToken) {
+  Sampler sampler(4);
+  const std::vector<float> logits = {0.0f, 5.0f, 4.0f, 3.0f};
+  Request r = MakeRequest({0});
+  r.sampling.allowed_token_ids = {0, 3};
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 3);
+  r.sampling.temperature = 1.0f;
+  EXPECT_EQ(Draws(r, logits, 200), (std::set<int32_t>{0, 3}));
+  // Raw logprobs still rank against the whole vocabulary.
+  r.sampling.temperature = 0.0f;
+  r.sampling.logprobs = 1;
+  TokenLogprobs out;
+  EXPECT_EQ(sampler.Sample(r, logits.data(), &out), 3);
+  EXPECT_EQ(out.rank, 3);
+  ASSERT_EQ(out.top.size(), 1u);
+  EXPECT_EQ(out.top[0].first, 1);
+}
+
+// Stop ids covering every token the request may sample (the vocabulary, or all of its allowed
+// ids) with min_tokens: masking would leave nothing to draw, so that step is not masked. (The
+// random draw used to find no token and return -1.)
+TEST(SamplerTest, MinTokensMaskThatWouldLeaveNoTokenIsDropped) {
+  Sampler sampler(4);
+  const std::vector<float> logits = {0.0f, 5.0f, 4.0f, 3.0f};
+  for (float temperature : {0.0f, 1.0f}) {
+    Request r = MakeRequest({0});
+    r.sampling.temperature = temperature;
+    r.sampling.min_tokens = 3;
+    r.sampling.stop_token_ids = {0, 1, 2, 3};
+    r.seed = 5;
+    const int32_t t = sampler.Sample(r, logits.data(), nullptr);
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, 4);
+    if (temperature == 0.0f) {
+      EXPECT_EQ(t, 1);
+    }
+    r.sampling.stop_token_ids = {2, 3};
+    r.sampling.allowed_token_ids = {2, 3};
+    const int32_t a = sampler.Sample(r, logits.data(), nullptr);
+    EXPECT_TRUE(a == 2 || a == 3) << a;
+    if (temperature == 0.0f) {
+      EXPECT_EQ(a, 2);
+    }
+    // With one allowed token left unmasked, the mask holds.
+    r.sampling.allowed_token_ids = {0, 2, 3};
+    EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 0);
+  }
+}
+
 TEST(SamplerTest, TopKKeepsTheKMostLikely) {
   Request r = MakeRequest({0});
   r.sampling.temperature = 1.0f;
@@ -308,6 +357,8 @@ TEST(SamplingParamsTest, ValidateRejectsOutOfRangeFields) {
   EXPECT_FALSE(p.Validate(10).ok());
   p.logit_bias = {{9, -100.0f}};
   EXPECT_TRUE(p.Validate(10).ok());
+  p.allowed_token_ids = {0, 10};
+  EXPECT_FALSE(p.Validate(10).ok());
 }
 
 }  // namespace

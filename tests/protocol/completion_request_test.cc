@@ -208,6 +208,12 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "logprobs": true})", "logprobs", nullptr},
       {R"({"prompt": "x", "echo": 1})", "echo", nullptr},
       {R"({"prompt": "x", "suffix": "end"})", "suffix", "suffix is not currently supported"},
+      {R"({"prompt": "x", "allowed_token_ids": []})", "allowed_token_ids",
+       "allowed_token_ids is not None and empty!"},
+      {R"({"prompt": "x", "allowed_token_ids": [1, 512]})", "allowed_token_ids",
+       "allowed_token_ids contains out-of-vocab token id!"},
+      {R"({"prompt": "x", "allowed_token_ids": ["1"]})", "allowed_token_ids", nullptr},
+      {R"({"prompt": "x", "allowed_token_ids": 1})", "allowed_token_ids", nullptr},
       {R"({"prompt": "x", "use_beam_search": true})", "use_beam_search",
        "Beam search is not supported by this server."},
       {R"({"prompt": "x", "best_of": 3})", "best_of",
@@ -333,6 +339,10 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
   ASSERT_TRUE(b.ok());
   using Bias = std::vector<std::pair<int32_t, float>>;
   EXPECT_EQ(b->logit_bias, (Bias{{7, 2.5f}, {5, 100.0f}, {6, -100.0f}, {8, -3.0f}}));
+  auto allowed = ToSamplingParams(
+      ParseOk(R"({"prompt": "x", "allowed_token_ids": [4, 2]})").sampling, 10, 100);
+  ASSERT_TRUE(allowed.ok());
+  EXPECT_EQ(allowed->allowed_token_ids, (std::vector<int32_t>{4, 2}));
   EXPECT_EQ(
       ParseOk(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})").sampling.prompt_logprobs,
       0);  // 0 is allowed with stream (vLLM), and unused there

@@ -235,7 +235,7 @@ TEST_F(CompletionsTest, LogprobsHaveOneEntryPerToken) {
   EXPECT_EQ(lp["text_offset"][0], 0);
 }
 
-TEST_F(CompletionsTest, LogitBiasSteersGreedyDecoding) {
+TEST_F(CompletionsTest, LogitBiasAndAllowedTokenIdsSteerDecoding) {
   const Tokenizer& tok = server_.tokenizer();
   const std::vector<int32_t> prompt = tok.Encode("Once upon a time", true);
   const int32_t lily = tok.Encode(" Lily", false).back();
@@ -256,6 +256,25 @@ TEST_F(CompletionsTest, LogitBiasSteersGreedyDecoding) {
                                        {"temperature", 0},
                                        {"logit_bias", {{std::to_string(first), -100}}}});
   EXPECT_NE(banned["choices"][0]["text"], golden);
+  // allowed_token_ids: sampled (not greedy) tokens all come from the list.
+  const std::vector<int32_t> allowed = {lily, tok.Encode(" cat", false).back()};
+  const json sampled = PostOk(server_, {{"prompt", prompt},
+                                        {"max_tokens", 8},
+                                        {"temperature", 1.0},
+                                        {"seed", 3},
+                                        {"logprobs", 0},
+                                        {"allowed_token_ids", allowed}});
+  const json& tokens = sampled["choices"][0]["logprobs"]["tokens"];
+  ASSERT_EQ(tokens.size(), 8u);
+  for (const json& t : tokens) {
+    EXPECT_TRUE(t == tok.DecodePiece(prompt.back(), allowed[0]) ||
+                t == tok.DecodePiece(allowed[0], allowed[0]) ||
+                t == tok.DecodePiece(allowed[0], allowed[1]) ||
+                t == tok.DecodePiece(prompt.back(), allowed[1]) ||
+                t == tok.DecodePiece(allowed[1], allowed[1]) ||
+                t == tok.DecodePiece(allowed[1], allowed[0]))
+        << t;
+  }
   // Out-of-vocabulary ids are a 400 naming them.
   auto bad = server_.Post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}});
   ASSERT_TRUE(bad);
