@@ -282,6 +282,26 @@ TEST_F(CompletionsTest, LogitBiasAndAllowedTokenIdsSteerDecoding) {
   EXPECT_EQ(json::parse(bad->body)["error"]["param"], "logit_bias");
 }
 
+// Every token a stop id, with min_tokens: nothing could be sampled under the mask (the engine
+// used to draw token -1); the first min_tokens steps go unmasked and the server serves on.
+TEST_F(CompletionsTest, StopIdsCoveringTheVocabularyWithMinTokens) {
+  std::vector<int32_t> every(static_cast<size_t>(server_.tokenizer().vocab_size()));
+  for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<int32_t>(i);
+  for (double temperature : {0.0, 1.0}) {
+    const json r = PostOk(server_, {{"prompt", "Once upon a time"},
+                                    {"max_tokens", 5},
+                                    {"min_tokens", 2},
+                                    {"temperature", temperature},
+                                    {"stop_token_ids", every}});
+    // The second token (a stop id, like all) ends it once min_tokens are out.
+    EXPECT_EQ(r["usage"]["completion_tokens"], 2) << temperature;
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  }
+  auto health = server_.Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
 TEST_F(CompletionsTest, NullMaxTokensRunsToTheContextEnd) {
   const json r = PostOk(server_, {{"prompt", "Once upon a time"},
                                   {"max_tokens", nullptr},
