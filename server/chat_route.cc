@@ -109,6 +109,9 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   if (ids.empty()) {
     return SendError(res, ApiError::BadRequest("The rendered conversation is empty.", "messages"));
   }
+  if (auto e = protocol::TruncatePromptTokens(fields, context_.max_model_len, &ids)) {
+    return SendError(res, *e);
+  }
   ApiErrorOr<SamplingParams> params =
       protocol::ToSamplingParams(fields, static_cast<int32_t>(ids.size()), context_.max_model_len);
   if (!params.ok()) return SendError(res, params.error());

@@ -156,7 +156,15 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   for (size_t p = 0; p < request.prompts.size(); ++p) {
     PromptInfo info;
     info.ids = protocol::TokenizePrompt(request.prompts[p], tok);
-    if (request.echo) info.echo = protocol::EchoText(request.prompts[p], tok);
+    const size_t num_tokenized = info.ids.size();
+    if (auto e = protocol::TruncatePromptTokens(fields, context_.max_model_len, &info.ids)) {
+      return SendError(res, *e);
+    }
+    if (request.echo) {
+      // A truncated prompt echoes what the model saw: the kept tokens' text.
+      info.echo = info.ids.size() == num_tokenized ? protocol::EchoText(request.prompts[p], tok)
+                                                   : protocol::EchoText({false, "", info.ids}, tok);
+    }
     ApiErrorOr<SamplingParams> params = protocol::ToSamplingParams(
         fields, static_cast<int32_t>(info.ids.size()), context_.max_model_len);
     if (!params.ok()) return SendError(res, params.error());

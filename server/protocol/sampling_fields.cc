@@ -307,6 +307,15 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
     return ApiError::BadRequest("Stream options can only be defined when `stream=True`.",
                                 "stream_options");
   }
+  TS_RETURN_IF_API_ERROR(GetInt32(body, "truncate_prompt_tokens", "truncate_prompt_tokens",
+                                  &f.truncate_prompt_tokens));
+  if (f.truncate_prompt_tokens && *f.truncate_prompt_tokens < 1 &&
+      *f.truncate_prompt_tokens != -1) {
+    return RangeError(
+        "truncate_prompt_tokens",
+        "truncate_prompt_tokens must be -1 (the model's context) or at least 1, got " +
+            std::to_string(*f.truncate_prompt_tokens) + ".");
+  }
   TS_RETURN_IF_API_ERROR(GetInt32(body, "prompt_logprobs", "prompt_logprobs", &f.prompt_logprobs));
   if (f.prompt_logprobs) {
     int32_t& n = *f.prompt_logprobs;
@@ -326,6 +335,20 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
   }
   std::optional<std::string> user;
   TS_RETURN_IF_API_ERROR(GetString(body, "user", "user", &user));
+  return std::nullopt;
+}
+
+std::optional<ApiError> TruncatePromptTokens(const SamplingFields& f, int32_t max_model_len,
+                                             std::vector<int32_t>* ids) {
+  if (!f.truncate_prompt_tokens) return std::nullopt;
+  const int32_t k = *f.truncate_prompt_tokens == -1 ? max_model_len : *f.truncate_prompt_tokens;
+  if (k > max_model_len) {
+    return RangeError("truncate_prompt_tokens",
+                      "truncate_prompt_tokens value (" + std::to_string(k) +
+                          ") is greater than max_model_len (" + std::to_string(max_model_len) +
+                          "). Please, select a smaller truncation size.");
+  }
+  if (ids->size() > static_cast<size_t>(k)) ids->erase(ids->begin(), ids->end() - k);
   return std::nullopt;
 }
 

@@ -24,6 +24,8 @@
 //   priority                     0        any int32 (lower = more important)
 //   stream                       false
 //   stream_options               null     {include_usage, continuous_usage_stats}; only with stream
+//   truncate_prompt_tokens       null     -1 or >= 1: keep the last k prompt tokens (vLLM's left
+//                                         truncation; -1 = max_model_len); see TruncatePromptTokens
 //   prompt_logprobs              null     vLLM's extension: top-n logprobs of every prompt token
 //                                         but the first; [0, kMaxLogprobs], -1 = the vocabulary
 //                                         (so over the cap unless it is tiny); > 0 not with stream
@@ -77,7 +79,8 @@ struct SamplingFields {
   bool stream = false;
   std::optional<StreamOptions> stream_options;
   std::optional<int32_t> logprobs;  // top-n logprobs per generated token for the engine; [0, 20]
-  std::optional<int32_t> prompt_logprobs;  // top-n per prompt token; [0, 20]
+  std::optional<int32_t> prompt_logprobs;         // top-n per prompt token; [0, 20]
+  std::optional<int32_t> truncate_prompt_tokens;  // -1 or >= 1
 
   bool include_usage() const { return stream_options && stream_options->include_usage; }
 };
@@ -91,6 +94,13 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
 // least 1, got N." when < 1.
 std::optional<ApiError> ParseMaxTokensField(const nlohmann::json& body, const std::string& key,
                                             std::optional<int32_t>* out);
+
+// truncate_prompt_tokens applied to a prompt's ids: keeps the last k (k = max_model_len for -1);
+// a k over max_model_len is a 400 with vLLM's message ("truncate_prompt_tokens value (k) is
+// greater than max_model_len (N). Please, select a smaller truncation size."). Does nothing when
+// the field is not set.
+std::optional<ApiError> TruncatePromptTokens(const SamplingFields& fields, int32_t max_model_len,
+                                             std::vector<int32_t>* ids);
 
 // The engine's SamplingParams for one prompt of `num_prompt_tokens` tokens, after the context
 // check against `max_model_len` (vLLM's messages):

@@ -208,6 +208,10 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "logprobs": true})", "logprobs", nullptr},
       {R"({"prompt": "x", "echo": 1})", "echo", nullptr},
       {R"({"prompt": "x", "suffix": "end"})", "suffix", "suffix is not currently supported"},
+      {R"({"prompt": "x", "truncate_prompt_tokens": 0})", "truncate_prompt_tokens",
+       "truncate_prompt_tokens must be -1 (the model's context) or at least 1, got 0."},
+      {R"({"prompt": "x", "truncate_prompt_tokens": -2})", "truncate_prompt_tokens", nullptr},
+      {R"({"prompt": "x", "truncate_prompt_tokens": "3"})", "truncate_prompt_tokens", nullptr},
       {R"({"prompt": "x", "allowed_token_ids": []})", "allowed_token_ids",
        "allowed_token_ids is not None and empty!"},
       {R"({"prompt": "x", "allowed_token_ids": [1, 512]})", "allowed_token_ids",
@@ -393,6 +397,29 @@ TEST(ToSamplingParamsTest, EchoScoringIsCheckedAsZeroTokensAndAsksTheEngineForOn
   ASSERT_FALSE(min.ok());
   EXPECT_EQ(min.error().param, "min_tokens");
   EXPECT_EQ(min.error().message, "min_tokens must be less than or equal to max_tokens=0, got 2.");
+}
+
+TEST(TruncatePromptTokensTest, KeepsTheLastKTokens) {
+  std::vector<int32_t> ids = {1, 2, 3, 4, 5};
+  SamplingFields f;
+  ASSERT_FALSE(TruncatePromptTokens(f, 100, &ids).has_value());  // not set: unchanged
+  EXPECT_EQ(ids.size(), 5u);
+  f.truncate_prompt_tokens = 3;
+  ASSERT_FALSE(TruncatePromptTokens(f, 100, &ids).has_value());
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 4, 5}));
+  f.truncate_prompt_tokens = 10;  // longer than the prompt: unchanged
+  ASSERT_FALSE(TruncatePromptTokens(f, 100, &ids).has_value());
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 4, 5}));
+  f.truncate_prompt_tokens = -1;  // the model's context
+  ASSERT_FALSE(TruncatePromptTokens(f, 2, &ids).has_value());
+  EXPECT_EQ(ids, (std::vector<int32_t>{4, 5}));
+  f.truncate_prompt_tokens = 101;
+  std::optional<ApiError> e = TruncatePromptTokens(f, 100, &ids);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "truncate_prompt_tokens");
+  EXPECT_EQ(e->message,
+            "truncate_prompt_tokens value (101) is greater than max_model_len (100). Please, "
+            "select a smaller truncation size.");
 }
 
 TEST(ToSamplingParamsTest, MinTokensOverMaxTokens) {

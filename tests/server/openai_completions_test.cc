@@ -302,6 +302,40 @@ TEST_F(CompletionsTest, StopIdsCoveringTheVocabularyWithMinTokens) {
   EXPECT_EQ(health->status, 200);
 }
 
+TEST_F(CompletionsTest, TruncatePromptTokensKeepsTheLastTokens) {
+  const Tokenizer& tok = server_.tokenizer();
+  const std::string text = "Once upon a time, there was a little girl named Lily.";
+  const std::vector<int32_t> ids = tok.Encode(text, true);
+  ASSERT_GT(ids.size(), 6u);
+  const std::vector<int32_t> last(ids.end() - 4, ids.end());
+  const json truncated = PostOk(server_, {{"prompt", text},
+                                          {"max_tokens", 5},
+                                          {"temperature", 0},
+                                          {"echo", true},
+                                          {"truncate_prompt_tokens", 4}});
+  const json alone =
+      PostOk(server_, {{"prompt", last}, {"max_tokens", 5}, {"temperature", 0}, {"echo", true}});
+  EXPECT_EQ(truncated["choices"][0]["text"], alone["choices"][0]["text"]);
+  EXPECT_EQ(truncated["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(truncated["choices"][0]["text"].get<std::string>().rfind(tok.Decode(last), 0), 0u);
+  // Chat truncates the rendered conversation; -1 keeps up to the whole context.
+  auto chat =
+      server_.Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", text}}}},
+                                            {"max_tokens", 1},
+                                            {"truncate_prompt_tokens", 5}});
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(json::parse(chat->body)["usage"]["prompt_tokens"], 5);
+  const json whole =
+      PostOk(server_, {{"prompt", text}, {"max_tokens", 1}, {"truncate_prompt_tokens", -1}});
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], ids.size());
+  auto over =
+      server_.Post("/v1/completions", {{"prompt", text}, {"truncate_prompt_tokens", 100000}});
+  ASSERT_TRUE(over);
+  EXPECT_EQ(over->status, 400);
+  EXPECT_EQ(json::parse(over->body)["error"]["param"], "truncate_prompt_tokens");
+}
+
 TEST_F(CompletionsTest, NullMaxTokensRunsToTheContextEnd) {
   const json r = PostOk(server_, {{"prompt", "Once upon a time"},
                                   {"max_tokens", nullptr},
