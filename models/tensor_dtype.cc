@@ -95,6 +95,7 @@ uint16_t F32ToF16(float f) {
 }
 
 void ConvertToF32(TensorDtype dtype, const uint8_t* src, int64_t count, float* dst) {
+  if (count == 0) return;  // an empty tensor may come with null pointers: memcpy must not see them
   switch (dtype) {
     case TensorDtype::kF32:
       std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
@@ -117,6 +118,7 @@ void ConvertToF32(TensorDtype dtype, const uint8_t* src, int64_t count, float* d
 }
 
 void ConvertFromF32(TensorDtype dtype, const float* src, int64_t count, uint8_t* dst) {
+  if (count == 0) return;  // as ConvertToF32
   switch (dtype) {
     case TensorDtype::kF32:
       std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));

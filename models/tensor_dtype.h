@@ -33,7 +33,8 @@ uint16_t F32ToBf16(float f);
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
 
-// dst[i] = src element i as fp32, for `count` elements of `dtype` at `src` (any alignment).
+// dst[i] = src element i as fp32, for `count` elements of `dtype` at `src` (any alignment; both
+// may be null when count is 0).
 void ConvertToF32(TensorDtype dtype, const uint8_t* src, int64_t count, float* dst);
 // Writes `count` floats as `dtype` (little-endian) to `dst`.
 void ConvertFromF32(TensorDtype dtype, const float* src, int64_t count, uint8_t* dst);
