@@ -9,7 +9,8 @@
 # Corpora: build-fuzz/corpus/<target>/ (kept between runs, grows), fuzz/corpus/<target>/ (hand-made
 # seeds in the repository) and build-fuzz/seeds/<target>/ (made here from ../shared test data).
 # A target may have a dictionary fuzz/<target>.dict (or uses fuzz/json.dict if its name ends in
-# _request). Environment: CXX (default clang++), FUZZ_BUILD_DIR, FUZZ_JOBS, TINYSERVE_SHARED_DIR.
+# _request). Environment: CXX (default clang++), FUZZ_BUILD_DIR, FUZZ_JOBS, TINYSERVE_SHARED_DIR,
+# FUZZ_SEED (libFuzzer's -seed; empty or 0 = a random seed per run; `make test` sets 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -18,6 +19,7 @@ FUZZ_SECONDS=${1:-60}
 shift || true
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${FUZZ_JOBS:-2}
+SEED=${FUZZ_SEED:-0}
 SHARED=${TINYSERVE_SHARED_DIR:-$ROOT/../shared}
 CXX_COMPILER=${CXX:-clang++}
 case "$CXX_COMPILER" in *clang*) ;; *) CXX_COMPILER=clang++ ;; esac
@@ -67,7 +69,8 @@ run_one() {
   local dirs=("$BUILD/corpus/$t")
   for d in "fuzz/corpus/$t" "$seeds/$t"; do [ -d "$d" ] && dirs+=("$d"); done
   if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1 \
-     "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2560 -print_final_stats=1 \
+     "$bin" -seed="$SEED" -max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2560 \
+     -print_final_stats=1 \
      -artifact_prefix="$BUILD/findings/$t-" "${dict[@]}" "${dirs[@]}" >"$log" 2>&1; then
     echo "fuzz: $t: OK, $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs in ${FUZZ_SECONDS}s, corpus $(ls "$BUILD/corpus/$t" | wc -l) files"
   else
@@ -77,7 +80,7 @@ run_one() {
   fi
 }
 export -f run_one
-export BUILD FUZZ_SECONDS seeds
+export BUILD FUZZ_SECONDS SEED seeds
 
-echo "fuzz: ${#targets[@]} targets, ${FUZZ_SECONDS}s each, $JOBS at a time"
+echo "fuzz: ${#targets[@]} targets, ${FUZZ_SECONDS}s each, $JOBS at a time, seed $SEED (0: random)"
 printf '%s\n' "${targets[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one {}'
