@@ -81,6 +81,16 @@ void Sampler::ApplyPenalties(const Request& req) {
   }
 }
 
+int32_t Sampler::RawFallback(const Request& req, const float* logits) const {
+  const std::vector<int32_t>& allowed = req.sampling.allowed_token_ids;
+  if (allowed.empty()) return Argmax(logits, vocab_size_);
+  int32_t best = allowed[0];
+  for (int32_t t : allowed) {
+    if (logits[t] > logits[best] || (logits[t] == logits[best] && t < best)) best = t;
+  }
+  return best;
+}
+
 void Sampler::MaskStops(const Request& req, float* x) {
   const SamplingParams& sp = req.sampling;
   masked_.clear();
@@ -142,7 +152,9 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
     if (mask_stops) MaskStops(req, x);
     for (const auto& [t, bias] : sp.logit_bias) x[t] += bias;
     ApplyPenalties(req);
-    if (sp.is_greedy()) {
+    if (x[Argmax(x, v)] == kNegInf) {
+      token = RawFallback(req, logits);
+    } else if (sp.is_greedy()) {
       token = Argmax(x, v);
     } else {
       for (int32_t i = 0; i < v; ++i) x[i] /= sp.temperature;
@@ -208,8 +220,7 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
         cum += std::exp(static_cast<double>(x[i]) - max);
         if (cum > target) break;
       }
-      assert(token >= 0);
-      if (token < 0) token = Argmax(x, v);  // only NaN logits get here
+      if (token < 0) token = RawFallback(req, logits);  // NaN weights
     }
   }
   if (sp.logprobs) {

@@ -1,13 +1,18 @@
 // Sampler: turns one logits row into the next token of a request (vLLM semantics, DESIGN §3).
 //
-// Order: raw logprobs (log-softmax of the raw logits) when asked; min_tokens masks EOS and the
-// stop token ids; repetition (prompt + outputs), frequency and presence (outputs) penalties;
+// Order: raw logprobs (log-softmax of the raw logits) when asked; allowed_token_ids masks every
+// other token; min_tokens masks EOS and the stop token ids (not in a step where that would mask
+// every token left); logit_bias is added; repetition (prompt + outputs), frequency and presence
+// (outputs) penalties;
 // greedy argmax (first maximum wins) when temperature < 1e-5; else temperature, min_p, top_k
 // (ties at the k-th value kept), top_p (smallest set reaching top_p, the most likely always kept),
 // and one draw u in [0, 1) from Philox4x32-10 keyed by the request's seed with counter = the output
 // index. The token is the first, in token-id order, whose running sum of exp(logit - max) (fp64)
 // exceeds u * total. Every random choice is a pure function of (seed, output index, logits), so
 // seeded outputs do not depend on batching or preemption, and a CUDA kernel can reproduce them.
+//
+// If the processing leaves every token at -inf (a penalty overflowing every allowed logit), the
+// token is the raw argmax among the allowed ids (all ids when none are given).
 //
 // A Sampler holds scratch buffers: one per engine thread; not thread-safe.
 #pragma once
@@ -53,6 +58,8 @@ class Sampler {
   // Sets the EOS (unless ignore_eos) and stop-id entries of `x` to -inf, unless that leaves no
   // finite entry: then `x` is left as it was.
   void MaskStops(const Request& req, float* x);
+  // The token when processing left none: the raw argmax among the allowed ids (or all).
+  int32_t RawFallback(const Request& req, const float* logits) const;
 
   const int32_t vocab_size_;
   std::vector<float> x_;         // [vocab] processed logits

@@ -31,9 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(rendered.status().code() == StatusCode::kInvalidArgument);
       continue;
     }
-    const std::vector<int32_t> ids = protocol::EncodeChatPrompt(name, *rendered, tokenizer);
+    std::vector<int32_t> ids = protocol::EncodeChatPrompt(name, *rendered, tokenizer);
     for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tokenizer.vocab_size());
     if (ids.empty()) continue;
+    if (protocol::TruncatePromptTokens(request->sampling, 4096, &ids)) continue;
+    FUZZ_CHECK(!ids.empty());
     protocol::ApiErrorOr<SamplingParams> params =
         protocol::ToSamplingParams(request->sampling, static_cast<int32_t>(ids.size()), 4096);
     if (params.ok()) FUZZ_CHECK(params->Validate(tokenizer.vocab_size()).ok());

@@ -28,10 +28,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(!prompt.token_ids.empty());
       for (int32_t id : prompt.token_ids) FUZZ_CHECK(id >= 0 && id < tokenizer.vocab_size());
     }
-    const std::vector<int32_t> ids = protocol::TokenizePrompt(prompt, tokenizer);
+    const std::vector<int32_t> tokenized = protocol::TokenizePrompt(prompt, tokenizer);
     (void)protocol::EchoText(prompt, tokenizer);
-    if (ids.empty()) continue;
+    if (tokenized.empty()) continue;
     for (int32_t max_model_len : {1, 256}) {
+      std::vector<int32_t> ids = tokenized;
+      if (protocol::TruncatePromptTokens(request->sampling, max_model_len, &ids)) continue;
+      FUZZ_CHECK(!ids.empty() && ids.size() <= tokenized.size());
+      if (request->sampling.truncate_prompt_tokens) {
+        FUZZ_CHECK(ids.size() <= static_cast<size_t>(max_model_len));
+      }
       protocol::ApiErrorOr<SamplingParams> params = protocol::ToSamplingParams(
           request->sampling, static_cast<int32_t>(ids.size()), max_model_len);
       if (params.ok()) FUZZ_CHECK(params->Validate(tokenizer.vocab_size()).ok());

@@ -122,7 +122,9 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     spec.prompt_ids = ids;
     spec.params = *params;
     if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
-    if (j > 0) spec.params.prompt_logprobs.reset();  // one prompt: the first choice scores it
+    // One prompt: the first choice scores it, and only for a response that carries them (a
+    // stream may ask for prompt_logprobs 0, as vLLM allows, but never sends them).
+    if (j > 0 || fields.stream) spec.params.prompt_logprobs.reset();
     specs.push_back(std::move(spec));
   }
   if (auto e = CheckServing()) return SendError(res, *e);

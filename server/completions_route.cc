@@ -175,10 +175,12 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
       spec.prompt_ids = info.ids;
       spec.params = *params;
       // vLLM: echo with logprobs asks for the prompt's logprobs too (top-n = logprobs, unless
-      // the request's prompt_logprobs, already in params, says otherwise).
+      // the request's prompt_logprobs, already in params, says otherwise). A stream sends them
+      // only in its echo: without one it does not ask (prompt_logprobs 0 is allowed there).
       if (echo_logprobs && !spec.params.prompt_logprobs) {
         spec.params.prompt_logprobs = *fields.logprobs;
       }
+      if (fields.stream && !echo_logprobs) spec.params.prompt_logprobs.reset();
       spec.echo_only = request.echo_only;
       if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
       specs.push_back(std::move(spec));

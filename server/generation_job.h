@@ -36,7 +36,8 @@ struct ChoiceSpec {
   int32_t index = 0;                // the choice index of the response
   int32_t prompt_index = 0;         // which prompt it continues
   std::vector<int32_t> prompt_ids;  // [num_prompt_tokens], non-empty
-  SamplingParams params;  // params.prompt_logprobs: collect the prompt logprobs (echo + logprobs)
+  SamplingParams params;  // params.prompt_logprobs: collect the prompt logprobs (the request's
+                          // prompt_logprobs, or echo + logprobs)
   // Echo with max_tokens 0: the engine's (one) token is dropped; the choice finishes with reason
   // length and no text or completion tokens (an error or abort still comes through).
   bool echo_only = false;

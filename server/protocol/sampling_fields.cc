@@ -109,7 +109,8 @@ std::optional<ApiError> ParseStreamOptions(const nlohmann::json& body,
 }
 
 // OpenAI's logit_bias: {"<token id>": bias}; biases clamped to [-100, 100] (vLLM), ids checked
-// against the vocabulary after every key parsed (vLLM lists all of the bad ones).
+// against the vocabulary after every key parsed (vLLM lists all of the bad ones; here in sorted
+// key order). The result is sorted by id.
 std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab_size,
                                        std::vector<std::pair<int32_t, float>>* out) {
   auto it = body.find("logit_bias");
@@ -145,14 +146,8 @@ std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab
     if (std::isnan(value)) {
       return ApiError::BadRequest("`logit_bias` values must be numbers", "logit_bias");
     }
-    const float clamped = static_cast<float>(std::clamp(value, -100.0, 100.0));
-    auto same =
-        std::find_if(bias.begin(), bias.end(), [&](const auto& b) { return b.first == id; });
-    if (same != bias.end()) {
-      same->second = clamped;  // "5" and "05": one id, one value (a Python dict keeps the last)
-    } else {
-      bias.emplace_back(static_cast<int32_t>(id), clamped);
-    }
+    bias.emplace_back(static_cast<int32_t>(id),
+                      static_cast<float>(std::clamp(value, -100.0, 100.0)));
   }
   if (!out_of_vocab.empty()) {
     return ApiError::BadRequest("token_id(s) [" + out_of_vocab +
@@ -161,7 +156,20 @@ std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab
                                     std::to_string(vocab_size),
                                 "logit_bias");
   }
-  *out = std::move(bias);
+  // "5" and "05" are one id with one value, the last key's (keys come in sorted order here, not
+  // the body's as in vLLM's dict). Sorting keeps this O(n log n) for a vocabulary-sized map.
+  std::stable_sort(bias.begin(), bias.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<int32_t, float>> unique;
+  unique.reserve(bias.size());
+  for (const auto& b : bias) {
+    if (!unique.empty() && unique.back().first == b.first) {
+      unique.back().second = b.second;
+    } else {
+      unique.push_back(b);
+    }
+  }
+  *out = std::move(unique);
   return std::nullopt;
 }
 
@@ -202,10 +210,14 @@ std::optional<ApiError> RejectUnsupported(const nlohmann::json& body) {
     auto it = body.find(key);
     return it != body.end() && !it->is_null() ? &*it : nullptr;
   };
-  if (const nlohmann::json* v = present("use_beam_search"); v != nullptr && *v != false) {
+  bool beam_search = false;
+  TS_RETURN_IF_API_ERROR(GetBool(body, "use_beam_search", "use_beam_search", &beam_search));
+  if (beam_search) {
     return ApiError::BadRequest("Beam search is not supported by this server.", "use_beam_search");
   }
-  if (const nlohmann::json* v = present("best_of"); v != nullptr && *v != 1) {
+  std::optional<int32_t> best_of;
+  TS_RETURN_IF_API_ERROR(GetInt32(body, "best_of", "best_of", &best_of));
+  if (best_of && *best_of != 1) {
     return ApiError::BadRequest("best_of is not supported by this server; use n.", "best_of");
   }
   if (const nlohmann::json* v = present("response_format");

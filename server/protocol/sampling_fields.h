@@ -69,7 +69,7 @@ struct SamplingFields {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
-  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, clamped bias), each id once
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, clamped bias), by id, each once
   std::vector<int32_t> allowed_token_ids;             // empty = every token
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;

@@ -199,6 +199,20 @@ TEST(SamplerTest, MinTokensMaskThatWouldLeaveNoTokenIsDropped) {
   }
 }
 
+// A repetition penalty large enough to overflow every allowed (negative) logit to -inf: the
+// token is the raw argmax among the allowed ids, not token 0 and not a failed draw.
+TEST(SamplerTest, EveryTokenAtMinusInfinityFallsBackToTheRawAllowedArgmax) {
+  Sampler sampler(4);
+  const std::vector<float> logits = {9.0f, -5.0f, -4.0f, 3.0f};
+  for (float temperature : {0.0f, 1.0f}) {
+    Request r = MakeRequest({1, 2});
+    r.sampling.temperature = temperature;
+    r.sampling.allowed_token_ids = {1, 2};
+    r.sampling.repetition_penalty = 1e38f;
+    EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 2) << temperature;
+  }
+}
+
 TEST(SamplerTest, TopKKeepsTheKMostLikely) {
   Request r = MakeRequest({0});
   r.sampling.temperature = 1.0f;

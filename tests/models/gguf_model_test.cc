@@ -109,6 +109,7 @@ TEST_F(GgufModelTest, NonFiniteFloatMetadataIsAnError) {
   // Patch llama.rope.freq_base (an f32 after its key and type) to +inf.
   std::string bytes = testing_util::ReadFile(path);
   const std::string key = "llama.rope.freq_base";
+  ASSERT_NE(bytes.find(key), std::string::npos);
   const size_t at = bytes.find(key) + key.size() + 4;
   const float inf = std::numeric_limits<float>::infinity();
   std::memcpy(&bytes[at], &inf, sizeof(inf));

@@ -222,6 +222,10 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
        "Beam search is not supported by this server."},
       {R"({"prompt": "x", "best_of": 3})", "best_of",
        "best_of is not supported by this server; use n."},
+      {R"({"prompt": "x", "best_of": "1"})", "best_of",
+       "`best_of` must be an integer, got a string"},
+      {R"({"prompt": "x", "use_beam_search": 1})", "use_beam_search",
+       "`use_beam_search` must be a boolean, got an integer"},
       {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format",
        nullptr},
       {R"({"prompt": "x", "response_format": "text"})", "response_format", nullptr},
@@ -336,13 +340,14 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
     "response_format": {"type": "text"}, "suffix": null, "guided_json": null})",
                                          512)
                   .ok());
-  // logit_bias: clamped to [-100, 100], "+7" and "07" are id 7 (the later key wins).
+  // logit_bias: clamped to [-100, 100], sorted by id; "07" and "+7" are id 7, and the key that
+  // sorts last ("07" > "+7") wins, whatever the body's order.
   CompletionRequest biased = ParseOk(
-      R"({"prompt": "x", "logit_bias": {"5": 1e300, "6": -1000, "+7": 0.5, "07": 2.5, "8": -3}})");
+      R"({"prompt": "x", "logit_bias": {"8": -3, "07": 2.5, "5": 1e300, "+7": 0.5, "6": -1000}})");
   auto b = ToSamplingParams(biased.sampling, 10, 100);
   ASSERT_TRUE(b.ok());
   using Bias = std::vector<std::pair<int32_t, float>>;
-  EXPECT_EQ(b->logit_bias, (Bias{{7, 2.5f}, {5, 100.0f}, {6, -100.0f}, {8, -3.0f}}));
+  EXPECT_EQ(b->logit_bias, (Bias{{5, 100.0f}, {6, -100.0f}, {7, 2.5f}, {8, -3.0f}}));
   auto allowed = ToSamplingParams(
       ParseOk(R"({"prompt": "x", "allowed_token_ids": [4, 2]})").sampling, 10, 100);
   ASSERT_TRUE(allowed.ok());
