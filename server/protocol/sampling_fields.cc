@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -64,29 +65,34 @@ std::optional<ApiError> ParseStop(const nlohmann::json& body, std::vector<std::s
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseStopTokenIds(const nlohmann::json& body, int32_t vocab_size,
-                                          std::vector<int32_t>* out) {
-  auto it = body.find("stop_token_ids");
+// `key`: absent or null (*out unchanged), or an array of ids in [0, vocab_size) (else a 400 whose
+// message for a bad id is out_of_vocab(id)).
+std::optional<ApiError> ParseTokenIdArray(const nlohmann::json& body, const std::string& key,
+                                          int32_t vocab_size,
+                                          const std::function<std::string(int32_t)>& out_of_vocab,
+                                          std::optional<std::vector<int32_t>>* out) {
+  auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_array()) {
-    return ApiError::BadRequest(
-        "`stop_token_ids` must be an array of integers, got " + JsonTypePhrase(*it),
-        "stop_token_ids");
-  }
+  const std::string shape = "`" + key + "` must be an array of integers";
+  if (!it->is_array()) return ApiError::BadRequest(shape + ", got " + JsonTypePhrase(*it), key);
   std::vector<int32_t> ids;
   for (const auto& v : *it) {
     int32_t id = 0;
-    if (!AsInt32(v, &id)) {
-      return ApiError::BadRequest("`stop_token_ids` must be an array of integers",
-                                  "stop_token_ids");
-    }
-    if (id < 0 || id >= vocab_size) {
-      return ApiError::BadRequest("Token id " + std::to_string(id) + " is out of vocabulary",
-                                  "stop_token_ids");
-    }
+    if (!AsInt32(v, &id)) return ApiError::BadRequest(shape, key);
+    if (id < 0 || id >= vocab_size) return ApiError::BadRequest(out_of_vocab(id), key);
     ids.push_back(id);
   }
   *out = std::move(ids);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStopTokenIds(const nlohmann::json& body, int32_t vocab_size,
+                                          std::vector<int32_t>* out) {
+  std::optional<std::vector<int32_t>> ids;
+  TS_RETURN_IF_API_ERROR(ParseTokenIdArray(
+      body, "stop_token_ids", vocab_size,
+      [](int32_t id) { return "Token id " + std::to_string(id) + " is out of vocabulary"; }, &ids));
+  if (ids) *out = std::move(*ids);
   return std::nullopt;
 }
 
@@ -176,30 +182,15 @@ std::optional<ApiError> ParseLogitBias(const nlohmann::json& body, int32_t vocab
 // vLLM's allowed_token_ids: null, or a non-empty array of ids in [0, vocab_size) (its messages).
 std::optional<ApiError> ParseAllowedTokenIds(const nlohmann::json& body, int32_t vocab_size,
                                              std::vector<int32_t>* out) {
-  auto it = body.find("allowed_token_ids");
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_array()) {
-    return ApiError::BadRequest(
-        "`allowed_token_ids` must be an array of integers, got " + JsonTypePhrase(*it),
-        "allowed_token_ids");
-  }
-  if (it->empty()) {
+  std::optional<std::vector<int32_t>> ids;
+  TS_RETURN_IF_API_ERROR(ParseTokenIdArray(
+      body, "allowed_token_ids", vocab_size,
+      [](int32_t) { return std::string("allowed_token_ids contains out-of-vocab token id!"); },
+      &ids));
+  if (ids && ids->empty()) {
     return ApiError::BadRequest("allowed_token_ids is not None and empty!", "allowed_token_ids");
   }
-  std::vector<int32_t> ids;
-  for (const auto& v : *it) {
-    int32_t id = 0;
-    if (!AsInt32(v, &id)) {
-      return ApiError::BadRequest("`allowed_token_ids` must be an array of integers",
-                                  "allowed_token_ids");
-    }
-    if (id < 0 || id >= vocab_size) {
-      return ApiError::BadRequest("allowed_token_ids contains out-of-vocab token id!",
-                                  "allowed_token_ids");
-    }
-    ids.push_back(id);
-  }
-  *out = std::move(ids);
+  if (ids) *out = std::move(*ids);
   return std::nullopt;
 }
 
