@@ -152,13 +152,14 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
     if (mask_stops) MaskStops(req, x);
     for (const auto& [t, bias] : sp.logit_bias) x[t] += bias;
     ApplyPenalties(req);
-    if (x[Argmax(x, v)] == kNegInf) {
+    const int32_t best = Argmax(x, v);  // one pass: the all -inf check, greedy, and the max
+    if (x[best] == kNegInf) {
       token = RawFallback(req, logits);
     } else if (sp.is_greedy()) {
-      token = Argmax(x, v);
+      token = best;
     } else {
       for (int32_t i = 0; i < v; ++i) x[i] /= sp.temperature;
-      float max = x[Argmax(x, v)];
+      float max = x[best];  // dividing by temperature > 0 keeps the argmax
       if (sp.min_p > 0.0f) {
         // prob_i / max_prob = exp(x_i - max).
         for (int32_t i = 0; i < v; ++i) {
