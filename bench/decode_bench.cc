@@ -9,6 +9,9 @@
 //                [--decode-tokens 32] [--prompt-len 16] [--model-dir DIR]
 //
 // Benchmark-shape checkpoints (random weights, seed 1) are written to --model-dir once and reused.
+// Batched rows also report the matrix GFLOP/s (2 x matrix parameters per token) against the fp32
+// FMA peak measured in the same run at the same thread count (independent FMA chains in registers,
+// the widest vectors the CPU has: what the packed GEMM's kernels run on).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,6 +19,10 @@
 #include <filesystem>
 #include <thread>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "models/llama2c.h"
 #include "models/model_runner.h"
@@ -63,6 +70,63 @@ double MeasureReadBandwidth(int threads) {
   volatile float sink = partial[0];
   (void)sink;
   return best;
+}
+
+#if defined(__x86_64__)
+// FLOPs of `iters` rounds of 16 independent FMA chains on one thread.
+__attribute__((target("avx512f"))) float FmaLoopAvx512(int64_t iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0];
+}
+__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+#endif
+
+// Best-of-3 fp32 FMA rate in FLOP/s over `threads` threads (0 when the CPU has no AVX2+FMA).
+double MeasureFmaPeak(int threads) {
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0.0;
+  const int64_t iters = 20'000'000;
+  const double flops_per_thread = static_cast<double>(iters) * (avx512 ? 16 * 16 : 12 * 8) * 2;
+  double best = 0.0;
+  std::vector<float> sink(threads);
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] { sink[t] = avx512 ? FmaLoopAvx512(iters) : FmaLoopAvx2(iters); });
+    }
+    for (auto& th : pool) th.join();
+    best = std::max(best, flops_per_thread * threads / Seconds(t0, Clock::now()));
+  }
+  volatile float keep = sink[0];
+  (void)keep;
+  return best;
+#else
+  (void)threads;
+  return 0.0;
+#endif
 }
 
 struct Result {
@@ -146,12 +210,14 @@ int Main(int argc, char** argv) {
 
   std::printf(
       "| model | params | weight MB | threads | batch | tok/s | floor tok/s | of floor | x batch 1 "
-      "|\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      "| matrix GFLOP/s | of FMA peak |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& threads_str : Split(threads)) {
     const int nt = std::stoi(threads_str);
     const double bandwidth = MeasureReadBandwidth(nt);
-    std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s\n", nt, bandwidth / 1e9);
+    const double fma_peak = MeasureFmaPeak(nt);
+    std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s; fp32 FMA peak: %.1f GFLOP/s\n", nt,
+                 bandwidth / 1e9, fma_peak / 1e9);
     for (const std::string& name : Split(presets)) {
       const auto preset = FindModelPreset(name);
       if (!preset) {
@@ -195,8 +261,10 @@ int Main(int argc, char** argv) {
           return 1;
         }
         if (batch == 1) single = r->tokens_per_s;
+        // Every weight read is one multiply-add per token (the embedding is a lookup).
+        const double gflops = r->tokens_per_s * 2.0 * static_cast<double>(read_params) / 1e9;
         std::printf(
-            "| %s | %.2fM | %.1f | %d | %d | %.1f | %.1f | %s | %s |\n", name.c_str(),
+            "| %s | %.2fM | %.1f | %d | %d | %.1f | %.1f | %s | %s | %.1f | %s |\n", name.c_str(),
             c.num_parameters() / 1e6, weight_bytes / 1e6, nt, batch, r->tokens_per_s, floor_tps,
             batch == 1
                 ? (std::to_string(static_cast<int>(100.0 * r->tokens_per_s / floor_tps + 0.5)) +
@@ -205,7 +273,12 @@ int Main(int argc, char** argv) {
                 : "",
             single > 0 && batch != 1
                 ? (std::to_string(r->tokens_per_s / single).substr(0, 5) + "x").c_str()
-                : "");
+                : "",
+            gflops,
+            fma_peak > 0
+                ? (std::to_string(static_cast<int>(100.0 * gflops * 1e9 / fma_peak + 0.5)) + "%")
+                      .c_str()
+                : "n/a");
         std::fflush(stdout);
       }
     }

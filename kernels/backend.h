@@ -27,10 +27,18 @@ enum class DType { kFloat32, kBFloat16 };
 
 inline const char* DTypeName(DType t) { return t == DType::kFloat32 ? "float32" : "bfloat16"; }
 
-// A weight matrix in a backend's memory, stored in `dtype` (what UploadWeight returned).
+// How a backend lays out a weight matrix [rows, cols] in its memory: row-major as given, or the
+// CPU backend's panel16 packing for its GEMM (kernels/cpu/packed_gemm.h).
+enum class WeightLayout { kRowMajor, kPanel16 };
+
+// A weight matrix in a backend's memory, stored in `dtype` and `layout` (what UploadWeight or
+// UploadMatrix returned). rows and cols are 0 when the upload did not say (UploadWeight).
 struct WeightRef {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;
+  WeightLayout layout = WeightLayout::kRowMajor;
+  int32_t rows = 0;
+  int32_t cols = 0;
 };
 
 // Attention metadata for one forward pass; every array is a device pointer.
@@ -73,8 +81,18 @@ class Backend {
     if (p != nullptr) CopyToDevice(p, host, count * sizeof(float));
     return {p, DType::kFloat32};
   }
+  // Returns new device memory holding the host fp32 matrix [rows, cols] row-major in the dtype and
+  // layout this backend's Linear and EmbeddingLookup read fastest (free it with Deallocate), or a
+  // null ref if the memory cannot be had. The default stores it as UploadWeight does.
+  virtual WeightRef UploadMatrix(const float* host, int32_t rows, int32_t cols) {
+    WeightRef w = UploadWeight(host, static_cast<size_t>(rows) * static_cast<size_t>(cols));
+    w.rows = rows;
+    w.cols = cols;
+    return w;
+  }
   // y = x * w^T with w in its stored dtype, fp32 accumulation.  x [m, k] fp32, w [n, k], y [m, n]
-  // fp32. The default serves fp32 weights through Gemm. REQUIRES: w.dtype == weight_dtype().
+  // fp32. The default serves fp32 row-major weights through Gemm. REQUIRES: w.dtype ==
+  // weight_dtype(); w.rows == n and w.cols == k when the upload gave them.
   virtual void Linear(const float* x, WeightRef w, int32_t m, int32_t n, int32_t k, float* y) {
     Gemm(x, static_cast<const float*>(w.data), m, n, k, y);
   }
@@ -116,7 +134,9 @@ class Backend {
   virtual void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n,
                           int32_t dim, float eps, float* out) = 0;
 
-  // y = x * w^T.  x [m, k], w [n, k] row-major (out-features first), y [m, n].
+  // y = x * w^T.  x [m, k], w [n, k] row-major (out-features first), y [m, n]. On the CPU (and on
+  // CUDA with --batch-invariant) each y[i, j] is one fma chain over k in increasing order
+  // (kernels/cpu/packed_gemm.h), so a row's result does not depend on m.
   virtual void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) = 0;
 
   // y[i, j] += bias[j].  y [m, n] contiguous; bias [n].
@@ -198,9 +218,8 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// The CPU backend: fp32, OpenBLAS sgemm (or a built-in GEMM), OpenMP threads.
-// `num_threads` <= 0 means all hardware threads. Sets the process-wide OpenMP/OpenBLAS thread
-// count.
+// The CPU backend: fp32, the packed batch-invariant GEMM (kernels/cpu/packed_gemm.h), its own
+// thread pool. `num_threads` <= 0 means all hardware threads.
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
 
 }  // namespace tinyserve

@@ -83,8 +83,8 @@ const float* ModelRunner::Upload(const std::vector<float>& host) {
   return p;
 }
 
-WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host) {
-  const WeightRef w = backend_->UploadWeight(host.data(), host.size());
+WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host, int32_t rows, int32_t cols) {
+  const WeightRef w = backend_->UploadMatrix(host.data(), rows, cols);
   if (w.data != nullptr) matrix_buffers_.push_back(const_cast<void*>(w.data));
   return w;
 }
@@ -92,9 +92,28 @@ WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host) {
 Status ModelRunner::Init() {
   const LlamaWeights& w = *weights_;  // released half-way, once the backend holds its copy
   const ModelConfig& c = config_;     // so: the runner's own copy of the config, never w.config
-  embedding_ = UploadMatrix(w.token_embedding);
+  // The loaders check every tensor's shape; this holds the runner to the config it was given.
+  auto shape_error = [](const std::vector<float>& m, int32_t rows, int32_t cols,
+                        const std::string& what) -> Status {
+    if (m.size() == static_cast<size_t>(rows) * static_cast<size_t>(cols)) return Status::Ok();
+    return InvalidArgument(what + " has " + std::to_string(m.size()) + " values, want " +
+                           std::to_string(rows) + " x " + std::to_string(cols));
+  };
+  TS_RETURN_IF_ERROR(shape_error(w.token_embedding, c.vocab_size, c.dim, "token embedding"));
+  if (!c.shared_classifier) {
+    TS_RETURN_IF_ERROR(shape_error(w.classifier, c.vocab_size, c.dim, "classifier"));
+  }
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const LlamaLayerWeights& lw = w.layers[l];
+    const std::string name = "layer " + std::to_string(l) + ": ";
+    TS_RETURN_IF_ERROR(shape_error(lw.wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim, name + "wqkv"));
+    TS_RETURN_IF_ERROR(shape_error(lw.wo, c.dim, c.q_dim(), name + "wo"));
+    TS_RETURN_IF_ERROR(shape_error(lw.w13, 2 * c.hidden_dim, c.dim, name + "w13"));
+    TS_RETURN_IF_ERROR(shape_error(lw.w2, c.dim, c.hidden_dim, name + "w2"));
+  }
+  embedding_ = UploadMatrix(w.token_embedding, c.vocab_size, c.dim);
   final_norm_ = Upload(w.final_norm);
-  lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier);
+  lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier, c.vocab_size, c.dim);
   rope_inv_freq_ = Upload(c.RopeInvFreq());
   if (embedding_.data == nullptr || final_norm_ == nullptr || lm_head_.data == nullptr ||
       rope_inv_freq_ == nullptr) {
@@ -109,12 +128,12 @@ Status ModelRunner::Init() {
                              std::to_string(c.q_dim() + 2 * c.kv_dim()));
     }
     LayerPtrs p{Upload(lw.attn_norm),
-                UploadMatrix(lw.wqkv),
+                UploadMatrix(lw.wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim),
                 has_bias ? Upload(lw.bqkv) : nullptr,
-                UploadMatrix(lw.wo),
+                UploadMatrix(lw.wo, c.dim, c.q_dim()),
                 Upload(lw.ffn_norm),
-                UploadMatrix(lw.w13),
-                UploadMatrix(lw.w2),
+                UploadMatrix(lw.w13, 2 * c.hidden_dim, c.dim),
+                UploadMatrix(lw.w2, c.dim, c.hidden_dim),
                 nullptr,
                 nullptr};
     if (!p.attn_norm || !p.wqkv.data || (has_bias && !p.bqkv) || !p.wo.data || !p.ffn_norm ||

@@ -93,7 +93,8 @@ class ModelRunner final : public ModelExecutor {
   Status Init();
   Status SizeKvCacheFromMemory();
   const float* Upload(const std::vector<float>& host);
-  WeightRef UploadMatrix(const std::vector<float>& host);
+  // host [rows, cols] row-major. REQUIRES: host.size() == rows * cols.
+  WeightRef UploadMatrix(const std::vector<float>& host, int32_t rows, int32_t cols);
   Status EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_t num_sampled,
                          int32_t max_blocks_per_seq);
   // Issues the ops of one forward pass; the logits of the sampled rows land in logits_.

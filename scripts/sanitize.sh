@@ -43,13 +43,13 @@ for run in "${runs[@]}"; do
       cmake --build build-asan -j"$JOBS" --target test_engine test_kernels test_models \
         test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay
       ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
-      UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 OPENBLAS_NUM_THREADS=1 \
+      UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|soak_60s|OpenAiStormTest\..*|.*_NOT_BUILT)$'
       ;;
     tsan)
       configure build-tsan "-fsanitize=thread"
       cmake --build build-tsan -j"$JOBS" --target test_engine test_kernels test_metrics
-      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 \
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L '^(engine|kernels|metrics)$'
       ;;
     *) echo "sanitize: unknown run '$run' (asan, tsan)"; exit 2 ;;

@@ -5,7 +5,6 @@ set -euo pipefail
 
 PACKAGES=(
   cmake g++ make pkg-config
-  libopenblas-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev
   libpcre2-dev

@@ -1,7 +1,16 @@
-// The CPU backend: fp32 ops over host memory, OpenMP threads, OpenBLAS sgemm/sgemv.
+// The CPU backend: fp32 ops over host memory on one thread pool; the packed GEMM of
+// kernels/cpu/packed_gemm.h for every matrix product.
 //
 // Numerics follow llama2.c's run.c where it matters for token-exact parity: sequential float
 // accumulation in RMSNorm and attention, division by sqrtf(head_dim), powf/cosf/sinf RoPE.
+//
+// Batch invariance: every reduction has one order per output element that depends on nothing but
+// that element's own inputs. RMSNorm sums a row left to right; attention sums a (token, head)'s
+// scores, exponentials and values over positions 0..pos in order, the same for a decode token,
+// a prefill chunk of any length and keys that came from the prefix cache; the GEMM is one fma chain
+// over k per element. Threads split rows, (token, head) pairs or output panels, never a
+// reduction. So a request's logits are bit-identical whatever the batch, chunking, block size,
+// cache state, preemptions and thread count (tests/integration/batch_invariance_test.cc).
 #include <sys/mman.h>
 #include <algorithm>
 #include <cmath>
@@ -12,12 +21,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/thread_pool.h"
-
-#ifdef TINYSERVE_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 namespace tinyserve {
 namespace {
@@ -31,31 +36,6 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
   for (int32_t j = 0; j < dim; ++j) out[j] = weight[j] * (ss * x[j]);
 }
 
-// y[:, j0:j1] = x * w[j0:j1, :]^T on the calling thread. y has row stride n.
-void GemmSlice(const float* x, const float* w, int32_t m, int32_t n, int32_t k, int32_t j0,
-               int32_t j1, float* y) {
-  if (m == 1) {
-    GemvRows(w, x, k, j0, j1, y);
-    return;
-  }
-#ifdef TINYSERVE_HAVE_OPENBLAS
-  const float* ws = w + static_cast<size_t>(j0) * k;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, j1 - j0, k, 1.0f, x, k, ws, k, 0.0f,
-              y + j0, n);
-#else
-  // Built-in: each weight row is read once and applied to all m rows.
-  for (int32_t j = j0; j < j1; ++j) {
-    const float* wr = w + static_cast<size_t>(j) * k;
-    for (int32_t i = 0; i < m; ++i) {
-      const float* xr = x + static_cast<size_t>(i) * k;
-      float acc = 0.0f;
-      for (int32_t p = 0; p < k; ++p) acc += wr[p] * xr[p];
-      y[static_cast<size_t>(i) * n + j] = acc;
-    }
-  }
-#endif
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads) {
@@ -63,18 +43,11 @@ class CpuBackend final : public Backend {
       num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     num_threads_ = num_threads;
     pool_ = std::make_unique<ThreadPool>(num_threads_);
-#ifdef TINYSERVE_HAVE_OPENBLAS
-    openblas_set_num_threads(1);  // threads come from OpenMP, see Gemm
-#endif
   }
 
   std::string name() const override {
-#ifdef TINYSERVE_HAVE_OPENBLAS
-    const char* gemm = "openblas";
-#else
-    const char* gemm = "builtin-gemm";
-#endif
-    return "cpu (fp32, " + std::to_string(num_threads_) + " threads, " + gemm + ")";
+    return "cpu (fp32, " + std::to_string(num_threads_) + " threads, packed " + PackedGemmIsa() +
+           " gemm, batch-invariant)";
   }
 
   bool is_host() const override { return true; }
@@ -126,26 +99,47 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // One thread pool: OpenMP splits the output features into one slice per thread, and each
-  // slice is a single-threaded OpenBLAS call (OpenBLAS's own threads are off; two pools spinning
-  // on two cores starve each other).
-  void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
-    const double flops = 2.0 * m * n * k;
-    // Four slices per thread: a thread the OS deschedules holds back only a small slice while
-    // the others take the rest.
-    const int32_t parts =
-        flops < 2e5 || num_threads_ == 1 ? 1 : std::min<int32_t>(4 * num_threads_, (n + 15) / 16);
-    if (parts <= 1) {
-      GemmSlice(x, w, m, n, k, 0, n, y);
+  // The weights are packed once here, for the GEMM (panel16 layout, packed_gemm.h).
+  WeightRef UploadMatrix(const float* host, int32_t rows, int32_t cols) override {
+    void* p = Allocate(PackedFloats(rows, cols) * sizeof(float));
+    if (p == nullptr) return {};
+    PackPanels(host, rows, cols, static_cast<float*>(p));
+    return {p, DType::kFloat32, WeightLayout::kPanel16, rows, cols};
+  }
+
+  void Linear(const float* x, WeightRef w, int32_t m, int32_t n, int32_t k, float* y) override {
+    if (w.layout != WeightLayout::kPanel16) {
+      Gemm(x, static_cast<const float*>(w.data), m, n, k, y);
       return;
     }
-    // Slice boundaries on multiples of 16 features.
-    const int32_t per = (n + parts * 16 - 1) / (parts * 16) * 16;
-    pool_->ParallelFor(parts, [&](int64_t p) {
-      const int32_t j0 = std::min<int32_t>(n, static_cast<int32_t>(p) * per);
-      const int32_t j1 = std::min(n, j0 + per);
-      if (j1 > j0) GemmSlice(x, w, m, n, k, j0, j1, y);
-    });
+    PackedGemm(x, static_cast<const float*>(w.data), m, n, k, y);
+  }
+
+  void EmbeddingLookup(WeightRef table, const int32_t* ids, int32_t n, int32_t dim,
+                       float* out) override {
+    if (table.layout != WeightLayout::kPanel16) {
+      Embedding(static_cast<const float*>(table.data), ids, n, dim, out);
+      return;
+    }
+    const float* packed = static_cast<const float*>(table.data);
+    for (int32_t t = 0; t < n; ++t)
+      UnpackRow(packed, dim, ids[t], out + static_cast<size_t>(t) * dim);
+  }
+
+  // A row-major w is packed first (tests and tools; the model's weights come packed).
+  void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
+    if (m <= 0 || n <= 0) return;
+    const size_t floats = PackedFloats(n, k);
+    if (gemm_scratch_floats_ < floats) {
+      gemm_scratch_.reset(static_cast<float*>(Allocate(floats * sizeof(float))));
+      gemm_scratch_floats_ = gemm_scratch_ ? floats : 0;
+      if (!gemm_scratch_) {  // no memory for a packed copy: the order contract, unpacked
+        GemmReference(x, w, m, n, k, y);
+        return;
+      }
+    }
+    PackPanels(w, n, k, gemm_scratch_.get());
+    PackedGemm(x, gemm_scratch_.get(), m, n, k, y);
   }
 
   void AddBias(float* y, const float* bias, int32_t m, int32_t n) override {
@@ -279,6 +273,28 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // y = x * w^T over packed w: the pool's threads take contiguous ranges of output panels (never
+  // a share of k). Four ranges per thread, so a descheduled thread holds back only a small one.
+  void PackedGemm(const float* x, const float* packed, int32_t m, int32_t n, int32_t k, float* y) {
+    if (m <= 0 || n <= 0) return;
+    const int32_t panels = NumPanels(n);
+    const double flops = 2.0 * m * n * k;
+    const int32_t parts =
+        flops < 2e5 || num_threads_ == 1 ? 1 : std::min<int32_t>(4 * num_threads_, panels);
+    if (parts <= 1) {
+      GemmPackedPanels(x, packed, m, n, k, 0, panels, y);
+      return;
+    }
+    // Ranges in multiples of 4 panels (the widest tile) where there are enough of them.
+    const int32_t unit = panels >= 4 * parts ? 4 : 1;
+    const int32_t per = (panels + parts * unit - 1) / (parts * unit) * unit;
+    pool_->ParallelFor(parts, [&](int64_t part) {
+      const int32_t pb0 = std::min<int32_t>(panels, static_cast<int32_t>(part) * per);
+      const int32_t pb1 = std::min(panels, pb0 + per);
+      if (pb1 > pb0) GemmPackedPanels(x, packed, m, n, k, pb0, pb1, y);
+    });
+  }
+
   // Runs fn(i) for i in [0, n) on the pool when `parallel`, else inline: each parallel region
   // costs a hand-over, so small ops stay on the calling thread.
   void For(bool parallel, int64_t n, const std::function<void(int64_t)>& fn) {
@@ -289,8 +305,14 @@ class CpuBackend final : public Backend {
     }
   }
 
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+
   int num_threads_ = 1;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<float, FreeDeleter> gemm_scratch_;  // Gemm's packed copy of w
+  size_t gemm_scratch_floats_ = 0;
 };
 
 }  // namespace

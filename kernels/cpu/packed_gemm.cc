@@ -1,0 +1,243 @@
+// Packed fp32 GEMM kernels (see packed_gemm.h for the order contract).
+//
+// Each kernel computes a tile of MR rows x NP panels (NP * 16 columns) with one register
+// accumulator per (row, 16 or 8 columns), the whole k loop at once: for each p it loads NP panel
+// rows of w, broadcasts x[r, p] and issues one FMA per accumulator. A lane never meets another
+// lane, so the tile shape changes the speed, never the bits.
+#include "kernels/cpu/packed_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tinyserve {
+namespace {
+
+constexpr int32_t kW = kPanelWidth;
+// Rows per block: a block of x (kRowBlock x k floats) stays in L2 while the panels stream past.
+constexpr int32_t kRowBlock = 64;
+
+// One tile: rows [0, mr) of x (row stride k), panels starting at `panel` (panel stride k * 16),
+// writing y (row stride ldy) for `ncols` columns (<= np * 16).
+using TileFn = void (*)(const float* x, int32_t k, const float* panel, float* y, int32_t ldy,
+                        int32_t ncols);
+
+template <int MR, int NP>
+void TilePortable(const float* x, int32_t k, const float* panel, float* y, int32_t ldy,
+                  int32_t ncols) {
+  float acc[MR][NP * kW] = {};
+  const size_t ps = static_cast<size_t>(k) * kW;
+  for (int32_t p = 0; p < k; ++p) {
+    for (int r = 0; r < MR; ++r) {
+      const float xv = x[static_cast<size_t>(r) * k + p];
+      for (int q = 0; q < NP; ++q) {
+        const float* w = panel + q * ps + static_cast<size_t>(p) * kW;
+        for (int c = 0; c < kW; ++c) acc[r][q * kW + c] = std::fma(xv, w[c], acc[r][q * kW + c]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) std::memcpy(y + static_cast<size_t>(r) * ldy, acc[r], 4 * ncols);
+}
+
+#if defined(__x86_64__)
+template <int MR, int NP>
+__attribute__((target("avx512f"))) void TileAvx512(const float* x, int32_t k, const float* panel,
+                                                   float* y, int32_t ldy, int32_t ncols) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_setzero_ps();
+  }
+  const size_t ps = static_cast<size_t>(k) * kW;
+  for (int32_t p = 0; p < k; ++p) {
+    __m512 w[NP];
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q)
+      w[q] = _mm512_loadu_ps(panel + q * ps + static_cast<size_t>(p) * kW);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[static_cast<size_t>(r) * k + p]);
+#pragma GCC unroll 4
+      for (int q = 0; q < NP; ++q) acc[r][q] = _mm512_fmadd_ps(xv, w[q], acc[r][q]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* yr = y + static_cast<size_t>(r) * ldy;
+#pragma GCC unroll 4
+    for (int q = 0; q < NP; ++q) {
+      const int32_t cols = std::min(kW, ncols - q * kW);
+      if (cols == kW) {
+        _mm512_storeu_ps(yr + q * kW, acc[r][q]);
+      } else if (cols > 0) {
+        _mm512_mask_storeu_ps(yr + q * kW, static_cast<__mmask16>((1u << cols) - 1), acc[r][q]);
+      }
+    }
+  }
+}
+
+template <int MR, int NP>
+__attribute__((target("avx2,fma"))) void TileAvx2(const float* x, int32_t k, const float* panel,
+                                                  float* y, int32_t ldy, int32_t ncols) {
+  __m256 acc[MR][2 * NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 8
+    for (int q = 0; q < 2 * NP; ++q) acc[r][q] = _mm256_setzero_ps();
+  }
+  const size_t ps = static_cast<size_t>(k) * kW;
+  for (int32_t p = 0; p < k; ++p) {
+    __m256 w[2 * NP];
+#pragma GCC unroll 8
+    for (int q = 0; q < 2 * NP; ++q) {
+      w[q] = _mm256_loadu_ps(panel + (q / 2) * ps + static_cast<size_t>(p) * kW + (q % 2) * 8);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + static_cast<size_t>(r) * k + p);
+#pragma GCC unroll 8
+      for (int q = 0; q < 2 * NP; ++q) acc[r][q] = _mm256_fmadd_ps(xv, w[q], acc[r][q]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* yr = y + static_cast<size_t>(r) * ldy;
+#pragma GCC unroll 8
+    for (int q = 0; q < 2 * NP; ++q) {
+      const int32_t cols = std::min(8, ncols - q * 8);
+      if (cols == 8) {
+        _mm256_storeu_ps(yr + q * 8, acc[r][q]);
+      } else if (cols > 0) {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[r][q]);
+        std::memcpy(yr + q * 8, tmp, 4 * cols);
+      }
+    }
+  }
+}
+#endif
+
+// A kernel family: its tiles for every (mr, np) up to the family's maxima.
+struct Isa {
+  const char* name;
+  int32_t max_rows;       // MR of the full tile
+  int32_t max_panels;     // NP of the full tile for m > 1
+  int32_t single_panels;  // NP for m == 1 (decode): more chains in flight per row
+  TileFn tiles[8][4];     // [mr - 1][np - 1]
+};
+
+#define TS_TILE_ROW(FN, MR) \
+  { &FN<MR, 1>, &FN<MR, 2>, &FN<MR, 3>, &FN<MR, 4> }
+#define TS_TILE_TABLE(FN)                                                              \
+  {                                                                                    \
+    TS_TILE_ROW(FN, 1), TS_TILE_ROW(FN, 2), TS_TILE_ROW(FN, 3), TS_TILE_ROW(FN, 4),    \
+        TS_TILE_ROW(FN, 5), TS_TILE_ROW(FN, 6), TS_TILE_ROW(FN, 7), TS_TILE_ROW(FN, 8) \
+  }
+
+const Isa kPortable{"portable", 4, 1, 1, TS_TILE_TABLE(TilePortable)};
+#if defined(__x86_64__)
+// AVX-512: 8 rows x 3 panels = 24 zmm accumulators + 3 weights + 1 broadcast of 32 registers.
+const Isa kAvx512{"avx512", 8, 3, 4, TS_TILE_TABLE(TileAvx512)};
+// AVX2: 6 rows x 1 panel = 12 ymm accumulators + 2 weights + 1 broadcast of 16 registers.
+const Isa kAvx2{"avx2", 6, 1, 4, TS_TILE_TABLE(TileAvx2)};
+#endif
+#undef TS_TILE_TABLE
+#undef TS_TILE_ROW
+
+const Isa* BestIsa() {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return &kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+#endif
+  return &kPortable;
+}
+
+const Isa*& ActiveIsa() {
+  static const Isa* isa = BestIsa();
+  return isa;
+}
+
+}  // namespace
+
+void PackPanels(const float* w, int32_t n, int32_t k, float* packed) {
+  const int32_t panels = NumPanels(n);
+  for (int32_t pb = 0; pb < panels; ++pb) {
+    float* dst = packed + static_cast<size_t>(pb) * k * kW;
+    for (int32_t p = 0; p < k; ++p) {
+      for (int32_t c = 0; c < kW; ++c) {
+        const int32_t j = pb * kW + c;
+        dst[static_cast<size_t>(p) * kW + c] = j < n ? w[static_cast<size_t>(j) * k + p] : 0.0f;
+      }
+    }
+  }
+}
+
+void UnpackRow(const float* packed, int32_t k, int32_t j, float* out) {
+  const float* src = packed + static_cast<size_t>(j / kW) * k * kW + j % kW;
+  for (int32_t p = 0; p < k; ++p) out[p] = src[static_cast<size_t>(p) * kW];
+}
+
+void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n, int32_t k,
+                      int32_t pb0, int32_t pb1, float* y) {
+  const Isa& isa = *ActiveIsa();
+  const int32_t np_max = m == 1 ? isa.single_panels : isa.max_panels;
+  const size_t panel_floats = static_cast<size_t>(k) * kW;
+  for (int32_t i0 = 0; i0 < m; i0 += kRowBlock) {
+    const int32_t i1 = std::min(m, i0 + kRowBlock);
+    for (int32_t pb = pb0; pb < pb1; pb += np_max) {
+      const int32_t np = std::min(np_max, pb1 - pb);
+      const int32_t col = pb * kW;
+      const int32_t ncols = std::min(n - col, np * kW);
+      for (int32_t i = i0; i < i1; i += isa.max_rows) {
+        const int32_t mr = std::min(isa.max_rows, i1 - i);
+        isa.tiles[mr - 1][np - 1](x + static_cast<size_t>(i) * k, k, packed + pb * panel_floats,
+                                  y + static_cast<size_t>(i) * n + col, n, ncols);
+      }
+    }
+  }
+}
+
+void GemmReference(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) {
+  for (int32_t i = 0; i < m; ++i) {
+    for (int32_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int32_t p = 0; p < k; ++p) {
+        acc = std::fma(x[static_cast<size_t>(i) * k + p], w[static_cast<size_t>(j) * k + p], acc);
+      }
+      y[static_cast<size_t>(i) * n + j] = acc;
+    }
+  }
+}
+
+const char* PackedGemmIsa() { return ActiveIsa()->name; }
+
+bool SetPackedGemmIsaForTesting(const char* isa) {
+  const std::string_view want(isa);
+  if (want == "best") {
+    ActiveIsa() = BestIsa();
+    return true;
+  }
+  if (want == "portable") {
+    ActiveIsa() = &kPortable;
+    return true;
+  }
+#if defined(__x86_64__)
+  if (want == "avx512" && __builtin_cpu_supports("avx512f")) {
+    ActiveIsa() = &kAvx512;
+    return true;
+  }
+  if (want == "avx2" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    ActiveIsa() = &kAvx2;
+    return true;
+  }
+#endif
+  return false;
+}
+
+}  // namespace tinyserve
