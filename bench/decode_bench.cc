@@ -161,7 +161,7 @@ StatusOr<Result> RunDecode(ModelRunner& runner, int32_t batch, int32_t prompt_le
       }
       prefill.AddSequence(toks, pos, slots, prompt_len, tables[s], true);
     }
-    auto out = runner.Execute(prefill);
+    auto out = runner.ComputeLogits(prefill);
     if (!out.ok()) return out.status();
     for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
   }
@@ -173,7 +173,7 @@ StatusOr<Result> RunDecode(ModelRunner& runner, int32_t batch, int32_t prompt_le
     for (int32_t s = 0; s < batch; ++s) {
       decode.AddSequence({last[s]}, {p}, {slot(s, p)}, p + 1, tables[s], true);
     }
-    auto out = runner.Execute(decode);
+    auto out = runner.ComputeLogits(decode);
     if (!out.ok()) return out.status();
     for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
   }

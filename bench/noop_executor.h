@@ -1,6 +1,6 @@
 // NoopExecutor: a ModelExecutor that computes nothing, so a benchmark's step time is the engine's
-// own (scheduler, block pool, sampling, outputs). Sampled row r gets logits that make token
-// r % vocab the argmax.
+// own (scheduler, block pool, outputs). Sampled row r gets token r % vocab (the sampling itself
+// is the executor's, and this one has no model to sample from).
 #pragma once
 
 #include <cstdint>
@@ -16,15 +16,13 @@ class NoopExecutor final : public ModelExecutor {
 
   StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override {
     ExecutorOutput out;
-    out.vocab_size = vocab_;
     const int32_t num_sampled = batch.num_sampled();
-    out.logits.assign(static_cast<size_t>(num_sampled) * vocab_, 0.0f);
-    for (int32_t r = 0; r < num_sampled; ++r) {
-      out.logits[static_cast<size_t>(r) * vocab_ + (r % vocab_)] = 1.0f;
-    }
-    out.prompt_logits.assign(static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab_, 0.0f);
+    out.sampled.resize(num_sampled);
+    for (int32_t r = 0; r < num_sampled; ++r) out.sampled[r].token_id = r % vocab_;
+    out.prompt_logprobs.resize(batch.num_prompt_logit_rows());
     return out;
   }
+  void Release(const std::vector<uint64_t>&) override {}  // keeps no sampling state
   int32_t num_kv_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
   int32_t vocab_size() const override { return vocab_; }

@@ -43,8 +43,7 @@ EngineCore::EngineCore(const EngineConfig& config, ModelExecutor* executor, cons
       seed_base_(config.seed ? *config.seed : RandomSeed()),
       executor_(executor),
       clock_(clock),
-      scheduler_(MakeSchedulerConfig(config, *executor), hash_fn),
-      sampler_(executor->vocab_size()) {}
+      scheduler_(MakeSchedulerConfig(config, *executor), hash_fn) {}
 
 EngineCore::~EngineCore() { Stop(); }
 
@@ -204,26 +203,18 @@ bool EngineCore::Step() {
       did_work = true;
       StatusOr<ExecutorOutput> result = ExecuteBatch(batch);
       const int32_t num_sampled = batch.num_sampled();
-      const size_t vocab = static_cast<size_t>(vocab_size_);
-      if (result.ok() && (result->vocab_size != vocab_size_ ||
-                          result->logits.size() != static_cast<size_t>(num_sampled) * vocab ||
-                          result->prompt_logits.size() !=
-                              static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab)) {
-        result = Internal("executor returned logits of the wrong shape");
+      if (result.ok()) {
+        Status shape = CheckOutput(batch, *result);
+        if (!shape.ok()) result = shape;
       }
       if (!result.ok() && result.status().code() == StatusCode::kDeviceLost) {
         Die(result.status(), clock_->Now());
       } else if (!result.ok()) {
         scheduler_.FailScheduled(result.status(), clock_->Now());
       } else {
-        sampled_.clear();
-        if (logprobs_.size() < static_cast<size_t>(num_sampled)) logprobs_.resize(num_sampled);
-        int32_t row = 0;
-        for (int32_t s = 0; s < batch.num_seqs(); ++s) {
-          if (!batch.sample[s]) continue;
-          sampled_.push_back(sampler_.Sample(*plan.requests[s], result->row(row), &logprobs_[row]));
-          ++row;
-        }
+        logprobs_ = std::move(result->sampled);
+        sampled_.resize(num_sampled);
+        for (int32_t row = 0; row < num_sampled; ++row) sampled_[row] = logprobs_[row].token_id;
         // Before Update() and DispatchEvents(): a stream gets its prompt logprobs ahead of the
         // token and finish of the same step.
         PushPromptLogprobs(plan, *result);
@@ -240,6 +231,7 @@ bool EngineCore::Step() {
       prompt_streams_.clear();
     }
   }
+  ReleaseFinishedState();
   has_live_requests_.store(scheduler_.has_unfinished_requests());
   if (did_work && !observers_.empty()) {
     const SchedulerStats& stats = scheduler_.stats();
@@ -249,21 +241,33 @@ bool EngineCore::Step() {
   return did_work;
 }
 
-void EngineCore::PushPromptLogprobs(const SchedulerOutput& plan, const ExecutorOutput& result) {
+Status EngineCore::CheckOutput(const ScheduledBatch& batch, const ExecutorOutput& out) const {
+  if (out.sampled.size() != static_cast<size_t>(batch.num_sampled()) ||
+      out.prompt_logprobs.size() != static_cast<size_t>(batch.num_prompt_logit_rows())) {
+    return Internal("executor returned " + std::to_string(out.sampled.size()) +
+                    " sampled rows and " + std::to_string(out.prompt_logprobs.size()) +
+                    " prompt-logprob rows for a batch of " + std::to_string(batch.num_sampled()) +
+                    " and " + std::to_string(batch.num_prompt_logit_rows()));
+  }
+  for (const TokenLogprobs& t : out.sampled) {
+    if (t.token_id < 0 || t.token_id >= vocab_size_) {
+      return Internal("executor sampled token " + std::to_string(t.token_id) +
+                      " outside the vocabulary of " + std::to_string(vocab_size_));
+    }
+  }
+  return Status::Ok();
+}
+
+void EngineCore::PushPromptLogprobs(const SchedulerOutput& plan, ExecutorOutput& result) {
   const ScheduledBatch& batch = plan.batch;
   int32_t row = 0;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const int32_t count = batch.num_prompt_logits[s];
     if (count == 0) continue;
     const Request& req = *plan.requests[s];
-    std::vector<TokenLogprobs> out(static_cast<size_t>(count));
-    const int32_t first_row = batch.query_start[s] + batch.prompt_logits_start[s];
-    for (int32_t i = 0; i < count; ++i) {
-      // The logits at position p score prompt token p + 1.
-      const int32_t pos = batch.positions[first_row + i];
-      sampler_.FillLogprobs(result.prompt_row(row + i), req.token_ids[pos + 1],
-                            *req.sampling.prompt_logprobs, &out[i]);
-    }
+    std::vector<TokenLogprobs> out(
+        std::make_move_iterator(result.prompt_logprobs.begin() + row),
+        std::make_move_iterator(result.prompt_logprobs.begin() + row + count));
     row += count;
     if (req.stream != nullptr) {
       req.stream->PushPromptLogprobs(std::move(out), /*notify=*/false);
@@ -280,6 +284,11 @@ StatusOr<ExecutorOutput> EngineCore::ExecuteBatch(const ScheduledBatch& batch) {
   } catch (...) {
     return Internal("the executor threw an unknown exception");
   }
+}
+
+void EngineCore::ReleaseFinishedState() {
+  std::vector<uint64_t> keys = scheduler_.TakeReleasedKeys();
+  if (!keys.empty()) executor_->Release(keys);
 }
 
 void EngineCore::Die(const Status& status, double now) {
@@ -321,6 +330,7 @@ void EngineCore::Stop() {
   scheduler_.ReleaseFinished();
   DrainInbox(now);
   scheduler_.FinishAll(FinishReason::kAbort, now);
+  ReleaseFinishedState();
   DispatchEvents();
   scheduler_.ReleaseFinished();
   has_live_requests_.store(false);

@@ -1,11 +1,11 @@
 // EngineCore: the engine loop (DESIGN §2, §3). One engine thread owns the Scheduler (and its
-// block pool), the Sampler and the ModelExecutor; frontends only Submit(), Abort() and read their
-// RequestStreams.
+// block pool) and the ModelExecutor (which samples); frontends only Submit(), Abort() and read
+// their RequestStreams.
 //
 // One step, like nano-vllm's loop:
 //   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once)
-//   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) -> sample the rows that want a token
-//   (and turn prompt-logit rows into prompt logprobs, pushed to their streams first)
+//   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) (it samples the rows that want a
+//   token and scores prompt-logit rows: prompt logprobs, pushed to their streams first)
 //   -> Scheduler::Update() (stop checks, finishes) -> events to streams and observers -> OnStep().
 // An executor error (a non-OK status, or an exception thrown by Execute(), caught on the engine
 // thread) fails exactly the requests of that batch (reason error, the status as their error
@@ -33,12 +33,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/token_logprobs.h"
 #include "engine/clock.h"
 #include "engine/engine_observer.h"
 #include "engine/model_executor.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
-#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/status.h"
 #include "engine/thread_annotations.h"
@@ -119,7 +119,13 @@ class EngineCore {
   bool DrainInbox(double now);
   // Computes the prompt logprobs of the step's prompt-logit rows and pushes them to their streams
   // (without waking them; they are remembered in prompt_streams_).
-  void PushPromptLogprobs(const SchedulerOutput& plan, const ExecutorOutput& result);
+  // Moves the step's prompt logprobs out of `result` onto their streams.
+  void PushPromptLogprobs(const SchedulerOutput& plan, ExecutorOutput& result);
+  // Hands the executor the keys of requests that finished (ModelExecutor::Release).
+  void ReleaseFinishedState();
+  // OK iff `out` has one sampled row per sampled sequence of `batch` (tokens in the vocabulary)
+  // and one prompt-logprob row per prompt-logit row.
+  Status CheckOutput(const ScheduledBatch& batch, const ExecutorOutput& out) const;
   // Execute() with any exception turned into an Internal status.
   StatusOr<ExecutorOutput> ExecuteBatch(const ScheduledBatch& batch);
   // The fatal path: marks the engine dead and finishes every live request with `status`.
@@ -140,9 +146,8 @@ class EngineCore {
 
   // Engine thread state.
   Scheduler scheduler_;
-  Sampler sampler_;
   std::vector<int32_t> sampled_;                // [num_sampled] tokens of the current step
-  std::vector<TokenLogprobs> logprobs_;         // [num_sampled] when asked
+  std::vector<TokenLogprobs> logprobs_;         // [num_sampled] the executor's sampled rows
   std::vector<RequestStream*> to_notify_;       // DispatchEvents(): the streams to wake
   std::vector<RequestStream*> prompt_streams_;  // streams given prompt logprobs this step
   std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step

@@ -55,6 +55,7 @@ class FaultInjectingExecutor final : public ModelExecutor {
                          std::function<void(const InjectedFault&)> on_fault = nullptr);
 
   StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override;
+  void Release(const std::vector<uint64_t>& keys) override { inner_->Release(keys); }
   int32_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
   int32_t vocab_size() const override { return inner_->vocab_size(); }

@@ -68,6 +68,9 @@ struct Request {
   // [0, num_prompt_logprob_positions) have been delivered (their next tokens' logprobs); never
   // decreases, so a recompute after preemption delivers nothing twice.
   int32_t num_prompt_logprob_positions = 0;
+  // The executor holds this request's sampling state (ScheduledBatch::new_requests), under the key
+  // arrival_seq, until the request finishes (then the engine releases it: ModelExecutor::Release).
+  bool registered_with_executor = false;
 
   // Lifecycle stamps (engine Clock seconds).
   double queued_ts = 0.0;

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "base/token_logprobs.h"
 #include "engine/events.h"
-#include "engine/sampler.h"
 #include "engine/thread_annotations.h"
 
 namespace tinyserve {

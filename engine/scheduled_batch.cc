@@ -49,6 +49,16 @@ Status ScheduledBatch::Validate(int32_t num_blocks, int32_t block_size) const {
         "batch: query_start must have num_seqs + 1 entries; sample, prompt_logits_start and "
         "num_prompt_logits num_seqs");
   }
+  if (!request_keys.empty() && (request_keys.size() != seqs || output_index.size() != seqs)) {
+    return InvalidArgument("batch: request_keys and output_index must have num_seqs entries");
+  }
+  const size_t prompt_rows = static_cast<size_t>(num_prompt_logit_rows());
+  if (!request_keys.empty() &&
+      (prompt_logit_targets.size() != prompt_rows || prompt_logit_num_top.size() != prompt_rows)) {
+    return InvalidArgument(
+        "batch: prompt_logit_targets and prompt_logit_num_top must have one entry per "
+        "prompt-logit row");
+  }
   if (query_start[0] != 0 || static_cast<size_t>(query_start[seqs]) != n) {
     return InvalidArgument("batch: query_start must run from 0 to num_tokens");
   }

@@ -9,16 +9,35 @@
 // row whose K/V is not written. Attention for a query token at position p reads positions
 // [0, p] of its sequence through that sequence's block table (causal).
 //
+// Sampling happens in the executor (tokens, not logits, cross the seam): every sequence names its
+// request by `request_keys[s]`; the executor learns a request's sampling parameters and token
+// history once, from `new_requests` (the first batch that schedules it), keeps them, extends the
+// history with each token it samples, and forgets them when the engine releases the key
+// (ModelExecutor::Release, once the request finished). A sampled key it does not know is an
+// error; a released key it does not know is ignored.
+//
 // A plain value type: copyable, no pointers into other objects. Validate() checks every invariant
 // an executor relies on, so a bad batch is an error value rather than a wild memory access.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "engine/sampling_params.h"
 #include "engine/status.h"
 
 namespace tinyserve {
+
+// What the executor keeps about one request for sampling.
+struct SamplingRegistration {
+  uint64_t key = 0;
+  SamplingParams params;
+  uint64_t seed = 0;                    // the request's seed (drawn at submit when unseeded)
+  std::optional<int32_t> eos_token_id;  // masked while outputs < min_tokens (unless ignore_eos)
+  std::vector<int32_t> token_ids;       // prompt, then the outputs so far (after a preemption)
+  int32_t num_prompt_tokens = 0;
+};
 
 struct ScheduledBatch {
   // Per token, [num_tokens]:
@@ -40,6 +59,17 @@ struct ScheduledBatch {
   // Block tables, [num_seqs, max_blocks_per_seq] row-major, int32 block ids, -1 past the end.
   int32_t max_blocks_per_seq = 0;
   std::vector<int32_t> block_tables;
+
+  // Sampling (see the file comment). Per sequence, [num_seqs]; empty in a hand-built batch that
+  // only wants logits (ModelRunner::ComputeLogits), required by ModelExecutor::Execute when the
+  // batch samples or asks for prompt logprobs:
+  std::vector<uint64_t> request_keys;
+  std::vector<int32_t> output_index;  // outputs the request has: the index of the token sampled
+  std::vector<SamplingRegistration> new_requests;
+  // Per prompt-logit row, [num_prompt_logit_rows]: the prompt token its logits score (the token
+  // after that row's position), and how many top alternatives to report.
+  std::vector<int32_t> prompt_logit_targets;
+  std::vector<int32_t> prompt_logit_num_top;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }

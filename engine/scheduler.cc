@@ -98,6 +98,10 @@ void Scheduler::FinishAll(FinishReason reason, double now, const std::string& er
 
 void Scheduler::Finish(Request* req, FinishReason reason, double now) {
   kv_.Free(*req);
+  if (req->registered_with_executor) {
+    pending_releases_.push_back(static_cast<uint64_t>(req->arrival_seq));
+    req->registered_with_executor = false;
+  }
   req->status = RequestStatus::kFinished;
   req->finish_reason = reason;
   req->finished_ts = now;
@@ -230,12 +234,17 @@ void Scheduler::BuildBatch() {
   b.prompt_logits_start.clear();
   b.num_prompt_logits.clear();
   b.block_tables.clear();
+  b.request_keys.clear();
+  b.output_index.clear();
+  b.new_requests.clear();
+  b.prompt_logit_targets.clear();
+  b.prompt_logit_num_top.clear();
   size_t max_blocks = 0;
   for (const Request* req : out_.requests) max_blocks = std::max(max_blocks, req->block_ids.size());
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
   b.query_start.push_back(0);
   for (size_t s = 0; s < out_.requests.size(); ++s) {
-    const Request& req = *out_.requests[s];
+    Request& req = *out_.requests[s];
     const int32_t start = req.num_computed_tokens;
     const int32_t end = start + out_.num_new_tokens[s];
     for (int32_t p = start; p < end; ++p) {
@@ -252,6 +261,17 @@ void Scheduler::BuildBatch() {
     const int32_t last = std::min(end, req.num_prompt_logprob_targets());
     b.prompt_logits_start.push_back(last > first ? first - start : 0);
     b.num_prompt_logits.push_back(last > first ? last - first : 0);
+    for (int32_t p = first; p < last; ++p) {  // the logits at position p score prompt token p + 1
+      b.prompt_logit_targets.push_back(req.token_ids[p + 1]);
+      b.prompt_logit_num_top.push_back(*req.sampling.prompt_logprobs);
+    }
+    b.request_keys.push_back(static_cast<uint64_t>(req.arrival_seq));
+    b.output_index.push_back(req.num_output_tokens());
+    if (!req.registered_with_executor) {
+      b.new_requests.push_back({static_cast<uint64_t>(req.arrival_seq), req.sampling, req.seed,
+                                req.eos_token_id, req.token_ids, req.num_prompt_tokens});
+      req.registered_with_executor = true;
+    }
     b.block_tables.insert(b.block_tables.end(), req.block_ids.begin(), req.block_ids.end());
     b.block_tables.resize(b.block_tables.size() + (max_blocks - req.block_ids.size()), -1);
     stats_.num_computed_tokens += end - start;

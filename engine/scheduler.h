@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/block_pool.h"
@@ -67,7 +68,7 @@ struct SchedulerOutput {
 struct EventRecord {
   Request* request = nullptr;
   RequestEvent event;
-  int32_t sampled_row = 0;  // kNewTokens: the request's row in the executor's logits
+  int32_t sampled_row = 0;  // kNewTokens: the request's row in ExecutorOutput::sampled
 };
 
 class Scheduler {
@@ -106,6 +107,9 @@ class Scheduler {
   const std::vector<EventRecord>& events() const { return events_; }
   void ClearEvents() { events_.clear(); }
   const std::vector<std::unique_ptr<Request>>& finished() const { return finished_; }
+  // The keys of requests that finished since the last call and had registered sampling state with
+  // the executor (ScheduledBatch::new_requests): the engine hands them to ModelExecutor::Release.
+  std::vector<uint64_t> TakeReleasedKeys() { return std::exchange(pending_releases_, {}); }
   void ReleaseFinished() { finished_.clear(); }
 
   // This step's stats with the gauges filled in from the current state.
@@ -146,6 +150,8 @@ class Scheduler {
   std::vector<int32_t> hits_;  // scratch for prefix lookups
   std::vector<EventRecord> events_;
   std::vector<std::unique_ptr<Request>> finished_;
+  // Keys of finished requests whose sampling state the executor still holds (TakeReleasedKeys).
+  std::vector<uint64_t> pending_releases_;
   SchedulerStats stats_;
 };
 

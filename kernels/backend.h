@@ -14,7 +14,9 @@
 #include <memory>
 #include <string>
 
+#include "base/token_logprobs.h"
 #include "engine/status.h"
+#include "kernels/sampling.h"
 
 namespace tinyserve {
 
@@ -119,6 +121,19 @@ class Backend {
   }
   // Destroys every recorded graph.
   virtual void ClearGraphs() {}
+
+  // ---- sampling ---------------------------------------------------------------------------------
+  // One token per row: row i of `logits` ([n, vocab] fp32 in this backend's memory) sampled by
+  // rows[i] (kernels/sampling.h, the rules of kernels/cpu/cpu_sampler.h); out[i].token_id always,
+  // and the token's raw logprob, rank and top-n when rows[i].spec->num_logprobs >= 0. Only out[]
+  // comes back to the host. The default runs the CPU sampler: in place on a host backend, on a host
+  // copy of the rows otherwise (the CUDA sampler does not cover every feature yet).
+  virtual Status SampleRows(const float* logits, int32_t vocab, const SampleRow* rows, int32_t n,
+                            TokenLogprobs* out);
+  // Scores given tokens (prompt logprobs): out[i] = the raw logprob and rank of targets[i] under
+  // row i of `logits` ([n, vocab] fp32, this backend's memory) and its top num_top[i].
+  virtual Status ScoreRows(const float* logits, int32_t vocab, const int32_t* targets,
+                           const int32_t* num_top, int32_t n, TokenLogprobs* out);
 
   // ---- ops --------------------------------------------------------------------------------------
   // out[t, :] = table[ids[t], :].  table [vocab, dim], ids [n], out [n, dim].

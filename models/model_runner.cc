@@ -13,6 +13,7 @@ int64_t ModelRunner::KvBytesPerToken(const ModelConfig& c) {
 ModelRunner::ModelRunner(std::shared_ptr<const LlamaWeights> weights,
                          std::unique_ptr<Backend> backend, const ModelRunnerOptions& options)
     : config_(weights->config),
+      sampling_(weights->config.vocab_size),
       weights_(std::move(weights)),
       backend_(std::move(backend)),
       options_(options) {}
@@ -259,7 +260,72 @@ Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_
   return Status::Ok();
 }
 
+StatusOr<LogitsOutput> ModelRunner::ComputeLogits(const ScheduledBatch& batch) {
+  StepRows rows;
+  TS_RETURN_IF_ERROR(RunStep(batch, &rows));
+  return CopyLogits(batch, rows);
+}
+
+LogitsOutput ModelRunner::CopyLogits(const ScheduledBatch& batch, const StepRows& rows) {
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  Backend& b = *backend_;
+  LogitsOutput out;
+  out.vocab_size = config_.vocab_size;
+  out.logits.resize(rows.sampled.size() * vocab);
+  for (size_t i = 0; i < rows.sampled.size(); ++i) {
+    b.CopyToHost(out.logits.data() + i * vocab, logits_.as<float>() + rows.sampled[i] * vocab,
+                 vocab * sizeof(float));
+  }
+  out.prompt_logits.resize(static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab);
+  if (!out.prompt_logits.empty()) {
+    b.CopyToHost(out.prompt_logits.data(), logits_.as<float>() + rows.first_prompt_row * vocab,
+                 out.prompt_logits.size() * sizeof(float));
+  }
+  return out;
+}
+
 StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
+  sampling_.Apply(batch);
+  StatusOr<std::vector<SampleRow>> sample = sampling_.Rows(batch);
+  if (!sample.ok()) return sample.status();
+  const int32_t num_prompt_rows = batch.num_prompt_logit_rows();
+  if (num_prompt_rows > 0 &&
+      batch.prompt_logit_targets.size() != static_cast<size_t>(num_prompt_rows)) {
+    return InvalidArgument("batch asks for prompt logprobs without their target tokens");
+  }
+  StepRows rows;
+  TS_RETURN_IF_ERROR(RunStep(batch, &rows));
+  Backend& b = *backend_;
+  const int32_t vocab = config_.vocab_size;
+  const float* logits = logits_.as<float>();
+  ExecutorOutput out;
+  out.sampled.resize(sample->size());
+  // Sampled rows are the first rows of the logits, except in a graph step where some sequences
+  // did not sample (one-token prefill chunks): then row by row.
+  const bool contiguous =
+      rows.sampled.empty() || rows.sampled.back() + 1 == static_cast<int32_t>(rows.sampled.size());
+  if (contiguous) {
+    TS_RETURN_IF_ERROR(b.SampleRows(logits, vocab, sample->data(),
+                                    static_cast<int32_t>(sample->size()), out.sampled.data()));
+  } else {
+    for (size_t i = 0; i < rows.sampled.size(); ++i) {
+      TS_RETURN_IF_ERROR(b.SampleRows(logits + static_cast<size_t>(rows.sampled[i]) * vocab, vocab,
+                                      &(*sample)[i], 1, &out.sampled[i]));
+    }
+  }
+  out.prompt_logprobs.resize(num_prompt_rows);
+  TS_RETURN_IF_ERROR(b.ScoreRows(logits + static_cast<size_t>(rows.first_prompt_row) * vocab, vocab,
+                                 batch.prompt_logit_targets.data(),
+                                 batch.prompt_logit_num_top.data(), num_prompt_rows,
+                                 out.prompt_logprobs.data()));
+  if (options_.keep_sampled_logits)
+    last_sampled_logits_ = std::move(CopyLogits(batch, rows).logits);
+  TS_RETURN_IF_ERROR(b.Synchronize());
+  sampling_.Accept(batch, out.sampled);
+  return out;
+}
+
+Status ModelRunner::RunStep(const ScheduledBatch& batch, StepRows* rows) {
   TS_RETURN_IF_ERROR(batch.Validate(options_.num_kv_blocks, options_.block_size));
   const ModelConfig& c = config_;
   const int32_t n = batch.num_tokens();
@@ -278,7 +344,7 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   if (use_graphs_ && n == num_seqs && num_seqs <= graph_sizes_.back() && num_prompt_rows == 0) {
     bool one_token_each = true;
     for (int32_t s = 0; s < num_seqs; ++s) one_token_each &= batch.num_query_tokens(s) == 1;
-    if (one_token_each) return ExecuteDecodeGraph(batch);
+    if (one_token_each) return RunDecodeGraph(batch, rows);
   }
   // Rows through the final norm and LM head: the sampled rows, then the prompt-logit rows.
   std::vector<int32_t> sample_rows;
@@ -286,6 +352,9 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
     if (batch.sample[s]) sample_rows.push_back(batch.query_start[s + 1] - 1);
   }
   const int32_t num_sampled = static_cast<int32_t>(sample_rows.size());
+  rows->sampled.resize(num_sampled);
+  for (int32_t i = 0; i < num_sampled; ++i) rows->sampled[i] = i;
+  rows->first_prompt_row = num_sampled;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t first = batch.query_start[s] + batch.prompt_logits_start[s];
     for (int32_t i = 0; i < batch.num_prompt_logits[s]; ++i) sample_rows.push_back(first + i);
@@ -317,25 +386,10 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   in.meta.max_blocks_per_seq = batch.max_blocks_per_seq;
   in.meta.block_size = options_.block_size;
   Forward(in);
-
-  ExecutorOutput out;
-  out.vocab_size = c.vocab_size;
-  if (num_sampled > 0) {
-    out.logits.resize(static_cast<size_t>(num_sampled) * c.vocab_size);
-    b.CopyToHost(out.logits.data(), logits_.as<void>(), out.logits.size() * sizeof(float));
-  }
-  if (num_prompt_rows > 0) {
-    out.prompt_logits.resize(static_cast<size_t>(num_prompt_rows) * c.vocab_size);
-    b.CopyToHost(out.prompt_logits.data(),
-                 logits_.as<float>() + static_cast<size_t>(num_sampled) * c.vocab_size,
-                 out.prompt_logits.size() * sizeof(float));
-  }
-  TS_RETURN_IF_ERROR(b.Synchronize());
-  return out;
+  return Status::Ok();
 }
 
-StatusOr<ExecutorOutput> ModelRunner::ExecuteDecodeGraph(const ScheduledBatch& batch) {
-  const ModelConfig& c = config_;
+Status ModelRunner::RunDecodeGraph(const ScheduledBatch& batch, StepRows* step_rows) {
   const int32_t num_seqs = batch.num_seqs();
   const int32_t bs = *std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), num_seqs);
   const int32_t width = graph_table_width_;
@@ -399,18 +453,13 @@ StatusOr<ExecutorOutput> ModelRunner::ExecuteDecodeGraph(const ScheduledBatch& b
     }
   }
 
-  ExecutorOutput out;
-  out.vocab_size = c.vocab_size;
-  std::vector<float> all(static_cast<size_t>(num_seqs) * c.vocab_size);
-  b.CopyToHost(all.data(), logits_.as<void>(), all.size() * sizeof(float));
-  TS_RETURN_IF_ERROR(b.Synchronize());
-  out.logits.reserve(all.size());
+  // Row s of the logits is sequence s (padding rows after the batch's).
+  step_rows->sampled.clear();
   for (int32_t s = 0; s < num_seqs; ++s) {
-    if (!batch.sample[s]) continue;
-    const auto row = all.begin() + static_cast<size_t>(s) * c.vocab_size;
-    out.logits.insert(out.logits.end(), row, row + c.vocab_size);
+    if (batch.sample[s]) step_rows->sampled.push_back(s);
   }
-  return out;
+  step_rows->first_prompt_row = bs;  // none: graphs run no prompt-logit rows
+  return Status::Ok();
 }
 
 void ModelRunner::Forward(const StepInputs& in) {

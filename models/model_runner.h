@@ -4,12 +4,15 @@
 // weight dtype, norms fp32), the paged KV cache (per layer K and V [num_kv_blocks, block_size,
 // num_kv_heads, head_dim] fp32) and the activation workspace, and runs one ScheduledBatch per
 // Execute(): every sequence of the batch is a prefill chunk over its cached prefix or one decode
-// token; logits come back for the sequences that sample, and for the prompt-logit rows a batch
-// asks for (prompt logprobs: those rows go through the final norm and LM head with the sampled
-// ones, in the same GEMM; batches without them are unchanged). On a backend that records graphs
-// (CUDA), a pure decode step (with no prompt-logit rows) is padded to the next recorded batch size
-// (padding rows write to slot -1) and replayed from a graph recorded on first use; everything else
-// runs eagerly, as on the CPU. Not thread-safe: the engine thread alone calls Execute().
+// token; the sequences that sample are sampled on the backend (Backend::SampleRows, with the
+// per-request state of a SamplingStateTable) and the prompt-logit rows a batch asks for are scored
+// there (prompt logprobs: those rows go through the final norm and LM head with the sampled ones,
+// in the same GEMM; batches without them are unchanged). Only tokens and logprobs come back.
+// ComputeLogits() runs the same forward pass and returns the logits instead (tests and tools). On a
+// backend that records graphs (CUDA), a pure decode step (with no prompt-logit rows) is padded to
+// the next recorded batch size (padding rows write to slot -1) and replayed from a graph recorded
+// on first use; everything else runs eagerly, as on the CPU. Not thread-safe: the engine thread
+// alone calls Execute().
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include "engine/model_executor.h"
 #include "kernels/backend.h"
 #include "models/llama_weights.h"
+#include "models/sampling_state_table.h"
 
 namespace tinyserve {
 
@@ -37,6 +41,21 @@ struct ModelRunnerOptions {
   int32_t max_num_batched_tokens = 2048;
   // Run every step eagerly, even on a backend that can record graphs.
   bool enforce_eager = false;
+  // Tests: after each Execute(), keep the sampled rows' logits on the host (last_sampled_logits()).
+  bool keep_sampled_logits = false;
+};
+
+// Logits of one forward pass on the host (ComputeLogits): the sampled sequences' rows, then the
+// prompt-logit rows.
+struct LogitsOutput {
+  std::vector<float> logits;         // [num_sampled, vocab_size] fp32, sequence order
+  std::vector<float> prompt_logits;  // [num_prompt_logit_rows, vocab_size] fp32
+  int32_t vocab_size = 0;
+
+  const float* row(int32_t i) const { return logits.data() + static_cast<size_t>(i) * vocab_size; }
+  const float* prompt_row(int32_t i) const {
+    return prompt_logits.data() + static_cast<size_t>(i) * vocab_size;
+  }
 };
 
 class ModelRunner final : public ModelExecutor {
@@ -49,6 +68,15 @@ class ModelRunner final : public ModelExecutor {
   ~ModelRunner() override;
 
   StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override;
+  void Release(const std::vector<uint64_t>& keys) override { sampling_.Release(keys); }
+  // Requests whose sampling state the runner holds.
+  size_t num_sampling_states() const { return sampling_.size(); }
+  // The same forward pass (K/V written, prefix and all), returning the logits rather than tokens.
+  // The batch needs no request keys; nothing is sampled and no sampling state changes.
+  StatusOr<LogitsOutput> ComputeLogits(const ScheduledBatch& batch);
+  // With options.keep_sampled_logits: the last Execute()'s sampled rows' logits,
+  // [num_sampled, vocab_size] fp32.
+  const std::vector<float>& last_sampled_logits() const { return last_sampled_logits_; }
 
   int32_t num_kv_blocks() const override { return options_.num_kv_blocks; }
   int32_t block_size() const override { return options_.block_size; }
@@ -99,10 +127,21 @@ class ModelRunner final : public ModelExecutor {
                          int32_t max_blocks_per_seq);
   // Issues the ops of one forward pass; the logits of the sampled rows land in logits_.
   void Forward(const StepInputs& in);
+  // Where a step left its logits in logits_: the row of each sampled sequence, and the first of
+  // the prompt-logit rows (which follow one another).
+  struct StepRows {
+    std::vector<int32_t> sampled;
+    int32_t first_prompt_row = 0;
+  };
+  // Runs the forward pass of `batch`; the logits of the rows it names land in logits_.
+  Status RunStep(const ScheduledBatch& batch, StepRows* rows);
   // A pure decode step through a recorded graph (recorded now if its batch size has none yet).
-  StatusOr<ExecutorOutput> ExecuteDecodeGraph(const ScheduledBatch& batch);
+  Status RunDecodeGraph(const ScheduledBatch& batch, StepRows* rows);
+  LogitsOutput CopyLogits(const ScheduledBatch& batch, const StepRows& rows);
 
   const ModelConfig config_;
+  SamplingStateTable sampling_;
+  std::vector<float> last_sampled_logits_;
   // Held only until Init() has copied the weights into the backend's memory (which, on the CPU,
   // is 2 MiB-aligned and backed by huge pages); dropped after, so the runner keeps one copy.
   std::shared_ptr<const LlamaWeights> weights_;

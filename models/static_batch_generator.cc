@@ -14,7 +14,7 @@ int32_t ArgMax(const float* logits, int32_t n) {
 }
 
 StatusOr<std::vector<GeneratedSequence>> GenerateStaticBatch(
-    ModelExecutor& executor, const std::vector<std::vector<int32_t>>& prompts,
+    ModelRunner& executor, const std::vector<std::vector<int32_t>>& prompts,
     const std::vector<int32_t>& max_tokens, const StaticBatchOptions& options, bool keep_logits) {
   const size_t num = prompts.size();
   if (max_tokens.size() != num) return InvalidArgument("one max_tokens per prompt is needed");
@@ -85,7 +85,7 @@ StatusOr<std::vector<GeneratedSequence>> GenerateStaticBatch(
       in_batch.push_back(i);
     }
     if (in_batch.empty()) break;
-    StatusOr<ExecutorOutput> out = executor.Execute(batch);
+    StatusOr<LogitsOutput> out = executor.ComputeLogits(batch);
     if (!out.ok()) return out.status();
     int32_t row = 0;
     for (size_t j = 0; j < in_batch.size(); ++j) {

@@ -1,7 +1,8 @@
-// StaticBatchGenerator: runs a fixed set of prompts to completion on a ModelExecutor with greedy
-// decoding, without a scheduler: every step holds every unfinished sequence, prefills are split
-// into chunks of at most `prefill_chunk` tokens, and each sequence gets its KV blocks from a
-// caller-chosen list (so tests can use shuffled, non-contiguous block tables).
+// StaticBatchGenerator: runs a fixed set of prompts to completion on a ModelRunner with greedy
+// decoding on its logits (ComputeLogits), without a scheduler: every step holds every unfinished
+// sequence, prefills are split into chunks of at most `prefill_chunk` tokens, and each sequence
+// gets its KV blocks from a caller-chosen list (so tests can use shuffled, non-contiguous block
+// tables).
 //
 // It is the scheduler-free oracle the engine is checked against, and what `generate` uses for
 // greedy runs of a handful of prompts. Greedy: argmax over fp32 logits, lowest id wins ties.
@@ -10,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model_executor.h"
 #include "engine/status.h"
+#include "models/model_runner.h"
 
 namespace tinyserve {
 
@@ -37,7 +38,7 @@ int32_t ArgMax(const float* logits, int32_t n);
 // (also stopping at the executor's max_model_len). Returns an error if the executor fails or there
 // are not enough blocks.
 StatusOr<std::vector<GeneratedSequence>> GenerateStaticBatch(
-    ModelExecutor& executor, const std::vector<std::vector<int32_t>>& prompts,
+    ModelRunner& executor, const std::vector<std::vector<int32_t>>& prompts,
     const std::vector<int32_t>& max_tokens, const StaticBatchOptions& options,
     bool keep_logits = false);
 

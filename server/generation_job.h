@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/token_logprobs.h"
 #include "engine/engine_core.h"
-#include "engine/sampler.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
 #include "server/connection_watch.h"

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "base/token_logprobs.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace tinyserve::protocol {

@@ -6,7 +6,8 @@
 // position. A wrong block table or slot, a stale or wrong-prefix prefix-cache hit, or a lost
 // recompute changes the output, exactly as with a real model; reading a slot never written fails
 // the test. The logits make the next token the argmax by a wide margin (so greedy picks it) and
-// vary the others, so sampling with temperature has something to draw.
+// vary the others, so sampling with temperature has something to draw. It samples them as every
+// executor does: per-request state in a SamplingStateTable, the CPU sampler's rules.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,8 @@
 #include "engine/clock.h"
 #include "engine/model_executor.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_sampler.h"
+#include "models/sampling_state_table.h"
 
 namespace tinyserve::testing {
 
@@ -29,7 +32,9 @@ class FakeExecutor : public ModelExecutor {
         max_model_len_(max_model_len),
         clock_(clock),
         step_seconds_(step_seconds),
-        kv_(static_cast<size_t>(num_blocks) * block_size, kUnwritten) {}
+        kv_(static_cast<size_t>(num_blocks) * block_size, kUnwritten),
+        sampling_(vocab_size),
+        sampler_(vocab_size) {}
 
   static constexpr uint64_t kUnwritten = 0;
   // The K/V entry of a position whose predecessor's entry is `prev` (kRoot for position 0).
@@ -66,10 +71,14 @@ class FakeExecutor : public ModelExecutor {
     if (!valid.ok()) return valid;
     if (fail_on_call_ && *fail_on_call_ == num_calls_)
       return Unavailable("injected device failure");
+    sampling_.Apply(batch);
+    StatusOr<std::vector<SampleRow>> rows = sampling_.Rows(batch);
+    EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+    if (!rows.ok()) return rows.status();
     ExecutorOutput out;
-    out.vocab_size = vocab_size_;
-    out.logits.resize(static_cast<size_t>(batch.num_sampled()) * vocab_size_);
-    out.prompt_logits.resize(static_cast<size_t>(batch.num_prompt_logit_rows()) * vocab_size_);
+    out.sampled.resize(batch.num_sampled());
+    out.prompt_logprobs.resize(batch.num_prompt_logit_rows());
+    std::vector<float> logits(vocab_size_);
     int32_t row = 0, prompt_row = 0;
     for (int32_t s = 0; s < batch.num_seqs(); ++s) {
       const int32_t* table = batch.block_tables.data() + s * batch.max_blocks_per_seq;
@@ -86,18 +95,22 @@ class FakeExecutor : public ModelExecutor {
       // Prompt-logit rows: the logits after each of those positions' contexts.
       const int32_t first = batch.query_start[s] + batch.prompt_logits_start[s];
       for (int32_t i = 0; i < batch.num_prompt_logits[s]; ++i, ++prompt_row) {
-        LogitsFromState(kv_[slot(batch.positions[first + i])], vocab_size_,
-                        out.prompt_logits.data() + static_cast<size_t>(prompt_row) * vocab_size_);
+        LogitsFromState(kv_[slot(batch.positions[first + i])], vocab_size_, logits.data());
+        sampler_.FillLogprobs(logits.data(), batch.prompt_logit_targets[prompt_row],
+                              batch.prompt_logit_num_top[prompt_row],
+                              &out.prompt_logprobs[prompt_row]);
       }
       if (!batch.sample[s]) continue;
       const uint64_t last = kv_[slot(batch.context_lens[s] - 1)];
-      LogitsFromState(last, vocab_size_,
-                      out.logits.data() + static_cast<size_t>(row) * vocab_size_);
+      LogitsFromState(last, vocab_size_, logits.data());
+      out.sampled[row].token_id = sampler_.Sample((*rows)[row], logits.data(), &out.sampled[row]);
       ++row;
     }
+    sampling_.Accept(batch, out.sampled);
     return out;
   }
 
+  void Release(const std::vector<uint64_t>& keys) override { sampling_.Release(keys); }
   int32_t num_kv_blocks() const override { return num_blocks_; }
   int32_t block_size() const override { return block_size_; }
   int32_t vocab_size() const override { return vocab_size_; }
@@ -106,12 +119,16 @@ class FakeExecutor : public ModelExecutor {
   void FailOnCall(int32_t call) { fail_on_call_ = call; }
   int32_t num_calls() const { return num_calls_; }
   const std::vector<ScheduledBatch>& batches() const { return batches_; }
+  // Requests whose sampling state the executor holds (registered, not released yet).
+  size_t num_sampling_states() const { return sampling_.size(); }
 
  private:
   const int32_t num_blocks_, block_size_, vocab_size_, max_model_len_;
   FakeClock* const clock_;
   const double step_seconds_;
   std::vector<uint64_t> kv_;  // [num_blocks * block_size] the entry written to each slot
+  SamplingStateTable sampling_;
+  CpuSampler sampler_;
   std::vector<ScheduledBatch> batches_;
   std::optional<int32_t> fail_on_call_;
   int32_t num_calls_ = 0;

@@ -160,7 +160,7 @@ TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
         batch.max_blocks_per_seq = 32;
         const int32_t pos = static_cast<int32_t>(p);
         batch.AddSequence({tokens[p]}, {pos}, {pos}, pos + 1, blocks, true);
-        auto o = r->Execute(batch);
+        auto o = r->ComputeLogits(batch);
         ASSERT_TRUE(o.ok()) << o.status().ToString();
         out.insert(out.end(), o->logits.begin(), o->logits.end());
       }
@@ -287,8 +287,8 @@ TEST_F(CudaModelTest, PromptLogitRowsEqualTheCpuOnes) {
   ones.AddSequence({1}, {0}, {16}, 1, {1}, false, 0, 1);
   ones.AddSequence({403}, {0}, {32}, 1, {2}, true);
   for (const ScheduledBatch* batch : {&prefill, &ones}) {
-    auto want = cpu->Execute(*batch);
-    auto got = gpu->Execute(*batch);
+    auto want = cpu->ComputeLogits(*batch);
+    auto got = gpu->ComputeLogits(*batch);
     ASSERT_TRUE(want.ok() && got.ok());
     ASSERT_EQ(got->prompt_logits.size(), want->prompt_logits.size());
     ASSERT_EQ(got->logits.size(), want->logits.size());

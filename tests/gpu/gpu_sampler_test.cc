@@ -1,12 +1,13 @@
-// GpuSampler against the CPU Sampler (engine/sampler.h) on random logits rows: the same tokens for
-// greedy, temperature, min_p, top_k (with ties at the k-th value) and top_p, the same Philox draw
-// per (seed, output index), and the same raw logprobs, ranks and top-n. Skips without a CUDA
-// device.
+// GpuSampler against the CPU sampler (kernels/cpu/cpu_sampler.h) on random logits rows: the same
+// tokens for greedy, temperature, min_p, top_k (with ties at the k-th value) and top_p, the same
+// Philox draw per (seed, output index), and the same raw logprobs, ranks and top-n. Skips without a
+// CUDA device.
 #include <random>
 
 #include "engine/request.h"
-#include "engine/sampler.h"
+#include "kernels/cpu/cpu_sampler.h"
 #include "kernels/gpu_sampler.h"
+#include "models/sampling_state_table.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tinyserve {
@@ -66,11 +67,14 @@ TEST(GpuSamplerTest, MatchesTheCpuSamplerRowForRow) {
     }
     std::vector<GpuSampleResult> got;
     ASSERT_TRUE((*sampler)->Sample(d_logits.as<float>(), gpu_rows, &got).ok());
-    Sampler cpu(vocab);
+    CpuSampler cpu(vocab);
     for (int32_t r = 0; r < rows; ++r) {
       SCOPED_TRACE("row " + std::to_string(r));
       TokenLogprobs lp;
-      const int32_t want = cpu.Sample(reqs[r], &logits[static_cast<size_t>(r) * vocab], &lp);
+      const SamplingSpec spec =
+          SamplingStateTable::MakeSpec(reqs[r].sampling, reqs[r].seed, reqs[r].eos_token_id, vocab);
+      const SampleRow row{&spec, nullptr, static_cast<uint64_t>(reqs[r].num_output_tokens())};
+      const int32_t want = cpu.Sample(row, &logits[static_cast<size_t>(r) * vocab], &lp);
       EXPECT_EQ(got[r].token, want);
       if (gpu_rows[r].num_logprobs >= 0) {
         EXPECT_NEAR(got[r].logprob, lp.logprob, 1e-5);

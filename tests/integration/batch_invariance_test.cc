@@ -33,7 +33,8 @@ using LogitsByHistory = std::map<History, std::vector<float>>;
 
 class LogitsRecorder final : public ModelExecutor {
  public:
-  explicit LogitsRecorder(ModelExecutor* inner)
+  // REQUIRES: the runner keeps its sampled logits (ModelRunnerOptions::keep_sampled_logits).
+  explicit LogitsRecorder(ModelRunner* inner)
       : inner_(inner),
         shadow_(static_cast<size_t>(inner->num_kv_blocks()) * inner->block_size(), -1) {}
 
@@ -44,6 +45,8 @@ class LogitsRecorder final : public ModelExecutor {
     StatusOr<ExecutorOutput> out = inner_->Execute(b);
     if (!out.ok()) return out;
     const int32_t bs = inner_->block_size();
+    const int32_t vocab = inner_->vocab_size();
+    const std::vector<float>& all = inner_->last_sampled_logits();
     int32_t row = 0;
     for (int32_t s = 0; s < b.num_seqs(); ++s) {
       if (!b.sample[s]) continue;
@@ -53,8 +56,8 @@ class LogitsRecorder final : public ModelExecutor {
             b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + p / bs];
         h[p] = shadow_[block * bs + p % bs];
       }
-      const float* r = out->row(row++);
-      std::vector<float> logits(r, r + out->vocab_size);
+      const float* r = all.data() + static_cast<size_t>(row++) * vocab;
+      std::vector<float> logits(r, r + vocab);
       auto [it, inserted] = logits_.emplace(std::move(h), logits);
       // The same history twice in one run (a prompt sent again): it must give the same bits.
       if (!inserted && std::memcmp(it->second.data(), logits.data(), 4 * logits.size()) != 0) {
@@ -63,6 +66,7 @@ class LogitsRecorder final : public ModelExecutor {
     }
     return out;
   }
+  void Release(const std::vector<uint64_t>& keys) override { inner_->Release(keys); }
   int32_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
   int32_t vocab_size() const override { return inner_->vocab_size(); }
@@ -72,7 +76,7 @@ class LogitsRecorder final : public ModelExecutor {
   int repeat_mismatches() const { return repeat_mismatches_; }
 
  private:
-  ModelExecutor* inner_;
+  ModelRunner* inner_;
   std::vector<int32_t> shadow_;  // [num_kv_blocks * block_size]: the token written at each slot
   LogitsByHistory logits_;
   int repeat_mismatches_ = 0;
@@ -151,6 +155,7 @@ class BatchInvarianceTest : public ::testing::Test {
     ModelRunnerOptions o;
     o.block_size = sc.block_size;
     o.num_kv_blocks = sc.num_blocks;
+    o.keep_sampled_logits = true;
     auto runner = ModelRunner::Create(weights, CreateCpuBackend(sc.threads), o);
     EXPECT_TRUE(runner.ok()) << runner.status().ToString();
     if (!runner.ok()) return {};

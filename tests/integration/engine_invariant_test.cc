@@ -186,5 +186,51 @@ TEST_F(EngineInvariantTest, SeededSamplingSurvivesPreemptionStorms) {
   }
 }
 
+// The penalties read each request's token history, which the executor keeps and extends step by
+// step (models/sampling_state_table.h) and must carry through every preemption and recompute.
+TEST_F(EngineInvariantTest, PenalizedSeededSamplingSurvivesPreemptionStorms) {
+  const std::vector<Case> cases = MakeCases(32, 13);
+  SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.seed = 500;
+  sampled.repetition_penalty = 1.4f;
+  sampled.frequency_penalty = 0.6f;
+  sampled.presence_penalty = 0.3f;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto runner = MakeRunner(16, 64);
+    EngineConfig config;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SamplingParams p = sampled;
+      p.seed = *sampled.seed + i;
+      p.max_tokens = cases[i].max_tokens;
+      alone.push_back(RunEngine({cases[i]}, *runner, config, p, nullptr)[0]);
+    }
+    EXPECT_EQ(runner->num_sampling_states(), 0u);
+  }
+  auto runner = MakeRunner(16, 16);
+  EngineConfig config;
+  config.max_num_seqs = 32;
+  config.max_num_batched_tokens = 128;
+  CountingObserver obs;
+  ExpectSameAsAlone(RunEngine(cases, *runner, config, sampled, &obs), alone);
+  EXPECT_GE(obs.preemptions, 10);
+  EXPECT_EQ(runner->num_sampling_states(), 0u);
+  // The penalties change what is sampled (so the comparison above is not vacuous).
+  SamplingParams plain = sampled;
+  plain.repetition_penalty = 1.0f;
+  plain.frequency_penalty = 0.0f;
+  plain.presence_penalty = 0.0f;
+  auto fresh = MakeRunner(16, 64);
+  int differing = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    SamplingParams p = plain;
+    p.seed = *sampled.seed + i;
+    p.max_tokens = cases[i].max_tokens;
+    differing += RunEngine({cases[i]}, *fresh, EngineConfig{}, p, nullptr)[0] != alone[i];
+  }
+  EXPECT_GT(differing, 0);
+}
+
 }  // namespace
 }  // namespace tinyserve

@@ -117,7 +117,7 @@ TEST_F(GoldenTest, LogitsMatchRunCAtEveryPosition) {
     batch.AddSequence({steps[i]["input_token"].get<int32_t>()}, {pos},
                       {static_cast<int64_t>(blocks[pos / 16]) * 16 + pos % 16}, pos + 1, blocks,
                       true);
-    auto out = runner->Execute(batch);
+    auto out = runner->ComputeLogits(batch);
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     const std::vector<float> want = steps[i]["logits"];
     ASSERT_EQ(static_cast<int32_t>(want.size()), out->vocab_size);

@@ -82,7 +82,7 @@ std::vector<float> RunnerLogits(bool with_bias) {
   ScheduledBatch batch;
   batch.max_blocks_per_seq = 2;
   batch.AddSequence({0, 1}, {0, 1}, {4, 5}, 2, {1, 0}, true);
-  auto out = (*runner)->Execute(batch);
+  auto out = (*runner)->ComputeLogits(batch);
   EXPECT_TRUE(out.ok()) << out.status().ToString();
   return {out->row(0)[0], out->row(0)[1]};
 }

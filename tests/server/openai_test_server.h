@@ -54,6 +54,7 @@ class DelayedExecutor final : public ModelExecutor {
     if (delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
     return inner_->Execute(batch);
   }
+  void Release(const std::vector<uint64_t>& keys) override { inner_->Release(keys); }
   int32_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
   int32_t vocab_size() const override { return inner_->vocab_size(); }

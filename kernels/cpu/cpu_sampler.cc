@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "kernels/cpu/cpu_sampler.h"
 
 #include <algorithm>
 #include <cassert>
@@ -51,38 +51,48 @@ double SamplingUniform(uint64_t seed, uint64_t index) {
   return static_cast<double>(bits) * 0x1.0p-53;
 }
 
-Sampler::Sampler(int32_t vocab_size)
-    : vocab_size_(vocab_size), x_(vocab_size), counts_(vocab_size, 0), seen_(vocab_size, 0) {}
-
-void Sampler::ApplyPenalties(const Request& req) {
-  const SamplingParams& sp = req.sampling;
-  float* x = x_.data();
-  const int32_t* outputs = req.token_ids.data() + req.num_prompt_tokens;
-  const int32_t num_outputs = req.num_output_tokens();
-  if (sp.repetition_penalty != 1.0f) {
-    for (int32_t t : req.token_ids) {
-      if (seen_[t]) continue;
-      seen_[t] = 1;
-      touched_.push_back(t);
-      x[t] = x[t] > 0 ? x[t] / sp.repetition_penalty : x[t] * sp.repetition_penalty;
-    }
-    for (int32_t t : touched_) seen_[t] = 0;
-    touched_.clear();
+void PenaltyState::Reset(const std::vector<int32_t>& token_ids, int32_t num_prompt_tokens) {
+  seen_.clear();
+  distinct_.clear();
+  counts_.clear();
+  num_outputs_ = 0;
+  for (int32_t i = 0; i < num_prompt_tokens; ++i) {
+    if (seen_.emplace(token_ids[i], 0).second) distinct_.push_back(token_ids[i]);
   }
-  if (sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
-    for (int32_t i = 0; i < num_outputs; ++i) {
-      if (counts_[outputs[i]]++ == 0) touched_.push_back(outputs[i]);
-    }
-    for (int32_t t : touched_) {
-      x[t] -= sp.frequency_penalty * static_cast<float>(counts_[t]) + sp.presence_penalty;
-      counts_[t] = 0;
-    }
-    touched_.clear();
+  for (size_t i = num_prompt_tokens; i < token_ids.size(); ++i) AddOutput(token_ids[i]);
+}
+
+void PenaltyState::AddOutput(int32_t token) {
+  ++num_outputs_;
+  auto [it, inserted] = seen_.emplace(token, 0);
+  if (inserted) distinct_.push_back(token);
+  if (it->second == 0) {
+    counts_.emplace_back(token, 1);
+    it->second = static_cast<int32_t>(counts_.size());
+  } else {
+    ++counts_[it->second - 1].second;
   }
 }
 
-int32_t Sampler::RawFallback(const Request& req, const float* logits) const {
-  const std::vector<int32_t>& allowed = req.sampling.allowed_token_ids;
+CpuSampler::CpuSampler(int32_t vocab_size) : vocab_size_(vocab_size), x_(vocab_size) {}
+
+// Each token's logit is changed by its own counts only, so the order of the ids does not matter.
+void CpuSampler::ApplyPenalties(const SamplingSpec& sp, const PenaltyState& history) {
+  float* x = x_.data();
+  if (sp.repetition_penalty != 1.0f) {
+    for (int32_t t : history.distinct_tokens()) {
+      x[t] = x[t] > 0 ? x[t] / sp.repetition_penalty : x[t] * sp.repetition_penalty;
+    }
+  }
+  if (sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
+    for (const auto& [t, count] : history.output_counts()) {
+      x[t] -= sp.frequency_penalty * static_cast<float>(count) + sp.presence_penalty;
+    }
+  }
+}
+
+int32_t CpuSampler::RawFallback(const SamplingSpec& sp, const float* logits) const {
+  const std::vector<int32_t>& allowed = sp.allowed_token_ids;
   if (allowed.empty()) return Argmax(logits, vocab_size_);
   int32_t best = allowed[0];
   for (int32_t t : allowed) {
@@ -91,18 +101,14 @@ int32_t Sampler::RawFallback(const Request& req, const float* logits) const {
   return best;
 }
 
-void Sampler::MaskStops(const Request& req, float* x) {
-  const SamplingParams& sp = req.sampling;
+void CpuSampler::MaskStops(const SamplingSpec& sp, float* x) {
   masked_.clear();
   auto mask = [&](int32_t t) {
     if (x[t] == kNegInf) return;
     masked_.emplace_back(t, x[t]);
     x[t] = kNegInf;
   };
-  if (!sp.ignore_eos && req.eos_token_id && *req.eos_token_id < vocab_size_) {
-    mask(*req.eos_token_id);
-  }
-  for (int32_t t : sp.stop_token_ids) mask(t);
+  for (int32_t t : sp.min_tokens_masked_ids) mask(t);
   // Stop ids covering every token left (the whole vocabulary, or all of allowed_token_ids): the
   // request cannot go on without one, so this step is not masked (rather than sampling nothing).
   if (x[Argmax(x, vocab_size_)] == kNegInf) {
@@ -110,7 +116,7 @@ void Sampler::MaskStops(const Request& req, float* x) {
   }
 }
 
-void Sampler::FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out) {
+void CpuSampler::FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out) {
   const float max = logits[Argmax(logits, vocab_size_)];
   double sum = 0.0;
   for (int32_t i = 0; i < vocab_size_; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
@@ -131,12 +137,11 @@ void Sampler::FillLogprobs(const float* logits, int32_t token, int32_t n, TokenL
   for (int32_t i = 0; i < n; ++i) out->top.emplace_back(order_[i], logprob(order_[i]));
 }
 
-int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* logprobs) {
-  const SamplingParams& sp = req.sampling;
+int32_t CpuSampler::Sample(const SampleRow& row, const float* logits, TokenLogprobs* logprobs) {
+  const SamplingSpec& sp = *row.spec;
   const int32_t v = vocab_size_;
-  const bool mask_stops = req.num_output_tokens() < sp.min_tokens;
-  const bool has_penalties =
-      sp.repetition_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f;
+  const bool mask_stops = row.output_index < static_cast<uint64_t>(std::max(sp.min_tokens, 0));
+  const bool has_penalties = sp.has_penalties();
   int32_t token;
   if (sp.is_greedy() && !mask_stops && !has_penalties && sp.logit_bias.empty() &&
       sp.allowed_token_ids.empty()) {
@@ -149,12 +154,15 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
       std::fill(x, x + v, kNegInf);
       for (int32_t t : sp.allowed_token_ids) x[t] = logits[t];
     }
-    if (mask_stops) MaskStops(req, x);
+    if (mask_stops) MaskStops(sp, x);
     for (const auto& [t, bias] : sp.logit_bias) x[t] += bias;
-    ApplyPenalties(req);
+    if (has_penalties) {
+      assert(row.penalties != nullptr);
+      ApplyPenalties(sp, *row.penalties);
+    }
     const int32_t best = Argmax(x, v);  // one pass: the all -inf check, greedy, and the max
     if (x[best] == kNegInf) {
-      token = RawFallback(req, logits);
+      token = RawFallback(sp, logits);
     } else if (sp.is_greedy()) {
       token = best;
     } else {
@@ -211,8 +219,7 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
       // Inverse CDF in token-id order.
       double total = 0.0;
       for (int32_t i = 0; i < v; ++i) total += std::exp(static_cast<double>(x[i]) - max);
-      const double target =
-          SamplingUniform(req.seed, static_cast<uint64_t>(req.num_output_tokens())) * total;
+      const double target = SamplingUniform(sp.seed, row.output_index) * total;
       double cum = 0.0;
       token = -1;
       for (int32_t i = 0; i < v; ++i) {
@@ -221,12 +228,12 @@ int32_t Sampler::Sample(const Request& req, const float* logits, TokenLogprobs* 
         cum += std::exp(static_cast<double>(x[i]) - max);
         if (cum > target) break;
       }
-      if (token < 0) token = RawFallback(req, logits);  // NaN weights
+      if (token < 0) token = RawFallback(sp, logits);  // NaN weights
     }
   }
-  if (sp.logprobs) {
+  if (sp.num_logprobs >= 0) {
     assert(logprobs != nullptr);
-    FillLogprobs(logits, token, *sp.logprobs, logprobs);
+    FillLogprobs(logits, token, sp.num_logprobs, logprobs);
   }
   return token;
 }

@@ -1,15 +1,41 @@
-#include "engine/sampler.h"
-
+// The sampling rules (kernels/cpu/cpu_sampler.h) from a request's SamplingParams, through the
+// spec and history the executor keeps (models/sampling_state_table.h).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "engine/request.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_sampler.h"
+#include "models/sampling_state_table.h"
 
 namespace tinyserve {
 namespace {
+
+// A request's next token as the executor samples it: the spec made from its params, its history
+// from its tokens, its output index.
+class Sampler {
+ public:
+  explicit Sampler(int32_t vocab_size) : vocab_size_(vocab_size), cpu_(vocab_size) {}
+  int32_t Sample(const Request& r, const float* logits, TokenLogprobs* logprobs) {
+    const SamplingSpec spec =
+        SamplingStateTable::MakeSpec(r.sampling, r.seed, r.eos_token_id, vocab_size_);
+    PenaltyState history;
+    history.Reset(r.token_ids, r.num_prompt_tokens);
+    return cpu_.Sample({&spec, &history, static_cast<uint64_t>(r.num_output_tokens())}, logits,
+                       logprobs);
+  }
+  void FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out) {
+    cpu_.FillLogprobs(logits, token, n, out);
+  }
+
+ private:
+  const int32_t vocab_size_;
+  CpuSampler cpu_;
+};
 
 Request MakeRequest(std::vector<int32_t> prompt, std::vector<int32_t> outputs = {}) {
   Request r;
@@ -373,6 +399,71 @@ TEST(SamplingParamsTest, ValidateRejectsOutOfRangeFields) {
   EXPECT_TRUE(p.Validate(10).ok());
   p.allowed_token_ids = {0, 10};
   EXPECT_FALSE(p.Validate(10).ok());
+}
+
+// The executor extends a request's history one accepted token at a time; that must equal the
+// history built from scratch from prompt + outputs (what a registration after a recompute does).
+TEST(PenaltyStateTest, IncrementalHistoryEqualsTheHistoryRebuiltFromTheTokens) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, 40);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 25; ++i) tokens.push_back(tok(rng));
+  const int32_t num_prompt = 25;
+  PenaltyState incremental;
+  incremental.Reset(tokens, num_prompt);
+  for (int i = 0; i < 60; ++i) {
+    const int32_t t = tok(rng);
+    tokens.push_back(t);
+    incremental.AddOutput(t);
+    PenaltyState rebuilt;
+    rebuilt.Reset(tokens, num_prompt);
+    ASSERT_EQ(incremental.distinct_tokens(), rebuilt.distinct_tokens());
+    ASSERT_EQ(incremental.output_counts(), rebuilt.output_counts());
+    ASSERT_EQ(incremental.num_outputs(), i + 1);
+  }
+  std::map<int32_t, int32_t> want;
+  for (size_t i = num_prompt; i < tokens.size(); ++i) ++want[tokens[i]];
+  std::map<int32_t, int32_t> got(incremental.output_counts().begin(),
+                                 incremental.output_counts().end());
+  EXPECT_EQ(got, want);
+}
+
+// Through the table, as the executor runs it: registration, rows, accepted tokens, release.
+TEST(SamplingStateTableTest, FollowsARequestFromRegistrationToRelease) {
+  SamplingStateTable table(8);
+  ScheduledBatch b;
+  b.max_blocks_per_seq = 1;
+  b.AddSequence({1, 2}, {0, 1}, {0, 1}, 2, {0}, true);
+  b.request_keys = {7};
+  b.output_index = {0};
+  SamplingRegistration reg;
+  reg.key = 7;
+  reg.params.repetition_penalty = 2.0f;
+  reg.params.stop_token_ids = {5};
+  reg.params.min_tokens = 3;
+  reg.eos_token_id = 6;
+  reg.token_ids = {1, 2};
+  reg.num_prompt_tokens = 2;
+  b.new_requests = {reg};
+  table.Apply(b);
+  auto rows = table.Rows(b);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].spec->min_tokens_masked_ids, (std::vector<int32_t>{6, 5}));
+  EXPECT_EQ((*rows)[0].penalties->distinct_tokens(), (std::vector<int32_t>{1, 2}));
+  TokenLogprobs sampled;
+  sampled.token_id = 4;
+  table.Accept(b, {sampled});
+  EXPECT_EQ((*rows)[0].penalties->distinct_tokens(), (std::vector<int32_t>{1, 2, 4}));
+  // The next step names it again without registering it.
+  b.new_requests.clear();
+  b.output_index = {1};
+  ASSERT_TRUE(table.Rows(b).ok());
+  table.Release({7, 99});  // an unknown key is ignored
+  EXPECT_EQ(table.size(), 0u);
+  auto gone = table.Rows(b);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find("key 7"), std::string::npos) << gone.status().ToString();
 }
 
 }  // namespace

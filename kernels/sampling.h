@@ -1,0 +1,83 @@
+// Sampling on the backend: what one sampled row needs, and the counter-based generator.
+//
+// The executor (models/) keeps, per live request, a SamplingSpec (its parameters, fixed for the
+// request's life) and a PenaltyState (the tokens of its prompt and outputs, updated as each
+// sampled token is accepted, never rebuilt per step). Each step it hands the backend one SampleRow
+// per sampled row; Backend::SampleRows turns logits rows into tokens by the rules of
+// kernels/cpu/cpu_sampler.h (vLLM V1's order), so only a few bytes per row leave the backend.
+//
+// The generator is the contract that makes seeded outputs independent of batching and
+// preemption: request r's draw for output index i is SamplingUniform(seed_r, i), a pure function
+// (Philox4x32-10 keyed by the seed, counter = the output index). The CUDA sampler computes the same
+// function.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tinyserve {
+
+// Philox4x32-10 (Salmon et al., SC'11; Random123's constants).
+std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
+
+// The uniform draw in [0, 1) (53 bits) for output `index` of a request seeded with `seed`.
+double SamplingUniform(uint64_t seed, uint64_t index);
+
+// One request's sampling parameters, as the engine validated them (engine/sampling_params.h).
+struct SamplingSpec {
+  float temperature = 1.0f;  // < 1e-5: greedy
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  // While the request has fewer than min_tokens outputs, these ids are masked: its EOS (unless
+  // ignore_eos) and its stop token ids.
+  int32_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_masked_ids;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias), ids in vocab
+  std::vector<int32_t> allowed_token_ids;             // empty: every id
+  int32_t num_logprobs = -1;                          // < 0: none; else the top-n to report
+
+  bool is_greedy() const { return temperature < 1e-5f; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
+};
+
+// The token history the penalties read: which ids occur in the prompt or the outputs (repetition
+// penalty) and how often each occurs in the outputs (frequency and presence penalties). Built
+// once from prompt + outputs when the request is registered (also after a preemption's
+// recompute, from the outputs it kept) and then extended one accepted token at a time.
+class PenaltyState {
+ public:
+  void Reset(const std::vector<int32_t>& token_ids, int32_t num_prompt_tokens);
+  void AddOutput(int32_t token);
+
+  // Every id of the prompt and the outputs, once each, in first-occurrence order.
+  const std::vector<int32_t>& distinct_tokens() const { return distinct_; }
+  // (id, count) of every id among the outputs, in first-occurrence order.
+  const std::vector<std::pair<int32_t, int32_t>>& output_counts() const { return counts_; }
+  int32_t num_outputs() const { return num_outputs_; }
+
+ private:
+  std::unordered_map<int32_t, int32_t> seen_;  // id -> index into counts_ + 1 (0: not an output)
+  std::vector<int32_t> distinct_;
+  std::vector<std::pair<int32_t, int32_t>> counts_;
+  int32_t num_outputs_ = 0;
+};
+
+// One sampled row: its request's spec and history, and the output index being sampled (the
+// generator's counter; also decides whether min_tokens masks apply).
+struct SampleRow {
+  const SamplingSpec* spec = nullptr;
+  const PenaltyState* penalties = nullptr;  // may be null when spec->has_penalties() is false
+  uint64_t output_index = 0;
+};
+
+}  // namespace tinyserve

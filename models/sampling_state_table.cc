@@ -1,0 +1,71 @@
+#include "models/sampling_state_table.h"
+
+#include <string>
+
+namespace tinyserve {
+
+SamplingSpec SamplingStateTable::MakeSpec(const SamplingParams& p, uint64_t seed,
+                                          std::optional<int32_t> eos_token_id, int32_t vocab_size) {
+  SamplingSpec s;
+  s.temperature = p.temperature;
+  s.top_k = p.top_k;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.repetition_penalty = p.repetition_penalty;
+  s.seed = seed;
+  s.min_tokens = p.min_tokens;
+  if (!p.ignore_eos && eos_token_id && *eos_token_id >= 0 && *eos_token_id < vocab_size) {
+    s.min_tokens_masked_ids.push_back(*eos_token_id);
+  }
+  s.min_tokens_masked_ids.insert(s.min_tokens_masked_ids.end(), p.stop_token_ids.begin(),
+                                 p.stop_token_ids.end());
+  s.logit_bias = p.logit_bias;
+  s.allowed_token_ids = p.allowed_token_ids;
+  s.num_logprobs = p.logprobs ? *p.logprobs : -1;
+  return s;
+}
+
+void SamplingStateTable::Apply(const ScheduledBatch& batch) {
+  for (const SamplingRegistration& r : batch.new_requests) {
+    Entry& e = entries_[r.key];
+    e.spec = MakeSpec(r.params, r.seed, r.eos_token_id, vocab_size_);
+    e.penalties = PenaltyState();
+    if (e.spec.has_penalties()) e.penalties.Reset(r.token_ids, r.num_prompt_tokens);
+  }
+}
+
+StatusOr<std::vector<SampleRow>> SamplingStateTable::Rows(const ScheduledBatch& batch) const {
+  std::vector<SampleRow> rows;
+  if (batch.num_sampled() == 0) return rows;
+  if (batch.request_keys.size() != static_cast<size_t>(batch.num_seqs())) {
+    return InvalidArgument("batch samples but does not name its sequences' requests");
+  }
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    if (!batch.sample[s]) continue;
+    auto it = entries_.find(batch.request_keys[s]);
+    if (it == entries_.end()) {
+      return InvalidArgument("batch samples request key " + std::to_string(batch.request_keys[s]) +
+                             ", which was never registered with the executor");
+    }
+    rows.push_back(
+        {&it->second.spec, &it->second.penalties, static_cast<uint64_t>(batch.output_index[s])});
+  }
+  return rows;
+}
+
+void SamplingStateTable::Accept(const ScheduledBatch& batch,
+                                const std::vector<TokenLogprobs>& sampled) {
+  size_t row = 0;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    if (!batch.sample[s]) continue;
+    auto it = entries_.find(batch.request_keys[s]);
+    const int32_t token = sampled[row++].token_id;
+    if (it != entries_.end() && it->second.spec.has_penalties()) {
+      it->second.penalties.AddOutput(token);
+    }
+  }
+}
+
+}  // namespace tinyserve
