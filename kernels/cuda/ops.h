@@ -43,6 +43,13 @@ cudaError_t LaunchAddBias(float* y, const float* bias, int32_t m, int32_t n, cud
 // dst[i] = bf16(src[i]) (round to nearest even).  dst is __nv_bfloat16 [count].
 cudaError_t LaunchFloatToBf16(const float* src, size_t count, void* dst, cudaStream_t stream);
 
+// The batch-invariant GEMM (invariant_gemm.cu): y [m, n] fp32 = x [m, k] fp32 * w [n, k]^T, w fp32
+// or bf16 (`bf16`, widened exactly; x is not rounded). Every y element is one fmaf chain over k in
+// increasing order from 0.0f, as the CPU backend's GEMM: bitwise equal to it on equal inputs, and
+// the same for a row whatever m.
+cudaError_t LaunchInvariantGemm(const float* x, const void* w, bool bf16, int32_t m, int32_t n,
+                                int32_t k, float* y, cudaStream_t stream);
+
 // Paged attention (see Backend::PagedAttention). Each (token, head) pair's context is cut into
 // `num_splits` ranges handled by separate blocks (flash-decoding); with num_splits > 1 the partial
 // results go through `scratch` (PagedAttentionScratchFloats floats) and a second kernel merges
