@@ -45,10 +45,11 @@ struct Tile {
 
 // Prefill and any m > kSmallM: 64 x 64 tiles, 256 threads of 4 x 4 outputs.
 using LargeTile = Tile<64, 64, 16, 4, 4>;
-// Decode-sized m <= kSmallM: 16 x 32 tiles over longer k chunks (a bf16 row chunk is 128 bytes),
-// 256 threads of 2 x 1 outputs, so that n / 32 blocks share the weight stream.
-using SmallTile = Tile<16, 32, 64, 2, 1>;
-constexpr int32_t kSmallM = 16;
+// Decode-sized m <= kSmallM: 8 x 32 tiles over longer k chunks (a bf16 row chunk is 128 bytes),
+// 256 threads of one output each, a warp per row, so that n / 32 blocks share the weight stream;
+// the warps of rows past m only help to fetch.
+using SmallTile = Tile<8, 32, 64, 1, 1>;
+constexpr int32_t kSmallM = 8;
 
 // grid (ceil(n / kBn), ceil(m / kBm)), block T::kThreads.
 template <typename T, typename W>
@@ -112,13 +113,18 @@ __global__ void __launch_bounds__(T::kThreads)
     }
   };
 
+  // A thread whose first row is past m owns no stored output: it skips the arithmetic (for
+  // SmallTile a whole warp does).
+  const bool has_rows = row0 + ty < m;
   if (k > 0) fetch(0);
   for (int32_t k0 = 0; k0 < k; k0 += T::kBk) {
     stage();
     __syncthreads();
     if (k0 + T::kBk < k) fetch(k0 + T::kBk);  // in flight while this chunk is used
     const int32_t kc = min(T::kBk, k - k0);
-    if (kc == T::kBk) {
+    if (!has_rows) {
+      // nothing to compute; stay for the barriers
+    } else if (kc == T::kBk) {
 #pragma unroll 16  // fully unrolled, the 64-step chunk of SmallTile spilled registers
       for (int p = 0; p < T::kBk; ++p) step(p);
     } else {

@@ -126,7 +126,7 @@ TEST_P(CudaBatchInvariantGemmTest, GemmOnRawFp32WeightsIsBitwiseTheFmaChain) {
   }
 }
 
-// The decode-sized tile (m <= 16) and the prefill tile (larger m) give a row the same bits.
+// The decode-sized tile (m <= 8) and the prefill tile (larger m) give a row the same bits.
 TEST_P(CudaBatchInvariantGemmTest, ARowIsTheSameAloneAndInsideABatchOf64) {
   std::mt19937 rng(bf16() ? 24 : 23);
   for (const auto& [n, k] : std::vector<std::pair<int32_t, int32_t>>{{300, 257}, {97, 2048}}) {
