@@ -20,7 +20,9 @@
 // padding ever enters an element's chain (fmaf(0, w, -0.0f) is +0.0f, and 0 * inf is NaN).
 //
 // The tile shape is picked from m (a narrow one for decode-sized m), which is allowed precisely
-// because the per-element order above does not depend on it; keep it that way.
+// because the per-element order above does not depend on it; keep it that way. Equality with the
+// CPU also needs denormals kept, as nvcc does by default: --use_fast_math or -ftz=true would flush
+// them in __fmaf_rn.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
