@@ -7,7 +7,7 @@
 namespace tinyserve {
 
 StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
-                                                 const std::string& dtype) {
+                                                 const std::string& dtype, bool batch_invariant) {
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return InvalidArgument("--device must be auto, cpu or cuda, got '" + device + "'");
   }
@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
     if (!gpus.ok()) return gpus.status();
     CudaBackendOptions o;
     o.weight_dtype = dtype == "float32" ? DType::kFloat32 : DType::kBFloat16;
+    o.batch_invariant = batch_invariant;
     StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(o);
     if (!b.ok()) {
       return Status(b.status().code(), "found " + DescribeCudaDevice(0) +

@@ -13,8 +13,10 @@ namespace tinyserve {
 // to the CPU, logging one line that says why; "cuda" without a usable device is an error.
 // `dtype` is "" (the device's default: bfloat16 on CUDA, float32 on the CPU), "float32" or
 // "bfloat16" (CUDA only: an error with --device cpu, and float32 with a logged line when auto falls
-// back to the CPU).
+// back to the CPU). `batch_invariant` selects CUDA's batch-invariant GEMM (CudaBackendOptions); the
+// CPU backend is batch-invariant whatever it says.
 StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
-                                                 const std::string& dtype = "");
+                                                 const std::string& dtype = "",
+                                                 bool batch_invariant = false);
 
 }  // namespace tinyserve

@@ -38,6 +38,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--enforce-eager", f.enforce_eager,
                 "CUDA: run every step eagerly (no CUDA graphs for decode steps)");
+  cmd->add_flag("--batch-invariant", f.batch_invariant,
+                "CUDA: GEMMs by a batch-invariant kernel instead of cuBLAS, so that a request's "
+                "logits do not depend on the batch (slower; the CPU backend always is)");
 }
 
 int32_t ChooseNumKvBlocks(const EngineFlags& f, const ModelConfig& config, int64_t max_concurrent) {
@@ -54,7 +57,8 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
     const EngineFlags& f, std::shared_ptr<const LlamaWeights> weights, int64_t max_concurrent,
     void (*log)(const std::string&)) {
   const ModelConfig& config = weights->config;
-  StatusOr<std::unique_ptr<Backend>> backend = SelectBackend(f.device, f.threads, f.dtype);
+  StatusOr<std::unique_ptr<Backend>> backend =
+      SelectBackend(f.device, f.threads, f.dtype, f.batch_invariant);
   if (!backend.ok()) return backend.status();
   ModelRunnerOptions opts;
   opts.block_size = f.block_size;
@@ -84,8 +88,13 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
   const int32_t blocks = (*runner)->num_kv_blocks();
   if (static_cast<int64_t>(blocks) * opts.block_size < max_len) return too_small(blocks);
   if (log != nullptr) {
+    // The CUDA backend's name says which GEMM it runs; the CPU has only the invariant one.
+    const bool on_cpu = (*runner)->backend().is_host();
     log("backend " + (*runner)->backend().name() + ", " + std::to_string(blocks) +
-        " KV blocks of " + std::to_string(opts.block_size) + " tokens");
+        " KV blocks of " + std::to_string(opts.block_size) + " tokens" +
+        (on_cpu && f.batch_invariant
+             ? "; --batch-invariant: the CPU backend always is batch-invariant"
+             : ""));
   }
   return runner;
 }

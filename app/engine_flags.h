@@ -30,11 +30,14 @@ struct EngineFlags {
   std::string dtype;  // "": bfloat16 on CUDA, float32 on the CPU
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;
+  // CUDA: our own batch-invariant GEMM instead of cuBLAS (see CudaBackendOptions). The CPU backend
+  // is always batch-invariant; there the flag changes nothing but the log line.
+  bool batch_invariant = false;
 };
 
 // Adds --threads, --device, --max-num-seqs, --max-num-batched-tokens, --block-size,
 // --num-kv-blocks, --max-model-len, --[no-]enable-prefix-caching, --scheduling-policy, --dtype,
-// --gpu-memory-utilization, --enforce-eager.
+// --gpu-memory-utilization, --enforce-eager, --batch-invariant.
 void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
 
 // The number of KV blocks to allocate on the CPU: --num-kv-blocks, else enough for

@@ -25,6 +25,13 @@ struct CudaBackendOptions {
   // What UploadWeight stores matrices in: bf16 (GEMMs on bf16 tensor cores, fp32 accumulation and
   // outputs; activations rounded to bf16 for the GEMM) or fp32 (parity with the CPU).
   DType weight_dtype = DType::kBFloat16;
+  // GEMMs (Gemm and Linear, fp32 and bf16 weights) by tinyserve's own kernel instead of cuBLAS:
+  // each output element is one fmaf chain over k in increasing order, as the CPU backend's GEMM,
+  // so a row's result is the same whatever the batch (and bitwise equal to the CPU on equal fp32
+  // inputs). With bf16 weights the activations stay fp32 (cuBLAS gets them rounded to bf16).
+  // Slower than cuBLAS (no tensor cores); see bench/RESULTS.md. Off by default, as vLLM's
+  // VLLM_BATCH_INVARIANT.
+  bool batch_invariant = false;
 };
 
 // The CUDA backend (kernels/cuda/cuda_backend.cu) on one device, with its own stream and cuBLAS

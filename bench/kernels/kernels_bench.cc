@@ -9,7 +9,10 @@
 // 3. One decode step of a Llama-3.2-1B-shaped model with random bf16 weights (hidden 2048, 16
 //    layers, 32/8 heads, intermediate 8192, vocab 128256) at batch 1 and 64 with 1024-token
 //    contexts, eager and with CUDA graphs, against the floor (weight + KV bytes / copy bandwidth).
-//    The step includes copying the logits to the host, as the engine does.
+//    The step includes copying the logits to the host, as the engine does. Each mode with cuBLAS
+//    and with the batch-invariant GEMM (--batch-invariant).
+// 4. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 64, 2048}: cuBLAS
+//    against the batch-invariant GEMM, as TFLOP/s and weight GB/s (% of the copy bandwidth).
 // Prints one table; exits 1 if there is no CUDA device.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -21,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -139,6 +143,23 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   return iters * bytes / Seconds(t0, Clock::now());
 }
 
+// Mean seconds of one bf16-weight Linear y [m, n] = x [m, k] w^T on `be` (20 calls after one).
+double LinearSeconds(Backend& be, int32_t m, int32_t n, int32_t k) {
+  std::vector<float> wh(static_cast<size_t>(n) * k, 0.01f);
+  const WeightRef w = be.UploadWeight(wh.data(), wh.size());
+  DeviceBuffer x(&be, static_cast<size_t>(m) * k * 4), y(&be, static_cast<size_t>(m) * n * 4);
+  if (w.data == nullptr || !x.ok() || !y.ok()) return 0;
+  be.Linear(x.as<float>(), w, m, n, k, y.as<float>());
+  if (!be.Synchronize().ok()) return 0;
+  const int iters = 20;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) be.Linear(x.as<float>(), w, m, n, k, y.as<float>());
+  const bool ok = be.Synchronize().ok();
+  const double sec = Seconds(t0, Clock::now()) / iters;
+  be.Deallocate(const_cast<void*>(w.data));
+  return ok ? sec : 0;
+}
+
 std::shared_ptr<const LlamaWeights> RandomLlama1B() {
   auto w = std::make_shared<LlamaWeights>();
   ModelConfig& c = w->config;
@@ -241,13 +262,16 @@ int Main(int argc, char** argv) {
   }
 
   std::printf("\nLlama-3.2-1B-shaped decode step, bf16 weights, fp32 KV, context 1024\n");
-  std::printf("%-6s %-8s %10s %10s %8s\n", "batch", "mode", "step ms", "floor ms", "x floor");
+  std::printf("%-6s %-8s %-10s %10s %10s %8s\n", "batch", "mode", "gemm", "step ms", "floor ms",
+              "x floor");
   std::shared_ptr<const LlamaWeights> weights = RandomLlama1B();
   const ModelConfig config = weights->config;
   const double weight_bytes = 2.0 * static_cast<double>(config.num_parameters());
-  for (bool eager : {true, false}) {
+  for (const auto& [eager, invariant] : {std::pair{true, false}, std::pair{false, false},
+                                         std::pair{true, true}, std::pair{false, true}}) {
     CudaBackendOptions o;
     o.weight_dtype = DType::kBFloat16;
+    o.batch_invariant = invariant;
     auto be = CreateCudaBackend(o);
     if (!be.ok()) return 1;
     ModelRunnerOptions ro;
@@ -266,8 +290,30 @@ int Main(int argc, char** argv) {
       const double kv_bytes =
           static_cast<double>(batch) * 1025 * ModelRunner::KvBytesPerToken(config);
       const double floor = (weight_bytes + kv_bytes) / bw;
-      std::printf("%-6d %-8s %10.3f %10.3f %8.2f\n", batch, eager ? "eager" : "graphs", step * 1e3,
-                  floor * 1e3, step / floor);
+      std::printf("%-6d %-8s %-10s %10.3f %10.3f %8.2f\n", batch, eager ? "eager" : "graphs",
+                  invariant ? "invariant" : "cuBLAS", step * 1e3, floor * 1e3, step / floor);
+    }
+  }
+
+  std::printf(
+      "\nLinear, bf16 weights: cuBLAS (bf16 x bf16 tensor cores) vs batch-invariant (fp32 FMA)\n");
+  std::printf("%-6s %-6s %-6s %-10s %10s %10s %8s\n", "m", "n", "k", "gemm", "TFLOP/s", "w GB/s",
+              "% copy");
+  for (bool invariant : {false, true}) {
+    CudaBackendOptions o;
+    o.weight_dtype = DType::kBFloat16;
+    o.batch_invariant = invariant;
+    auto be = CreateCudaBackend(o);
+    if (!be.ok()) return 1;
+    for (int32_t n : {2048, 8192}) {
+      for (int32_t m : {1, 8, 64, 2048}) {
+        const int32_t k = 2048;
+        const double sec = LinearSeconds(**be, m, n, k);
+        const double flops = 2.0 * m * n * k, wbytes = 2.0 * n * k;
+        std::printf("%-6d %-6d %-6d %-10s %10.2f %10.0f %7.1f%%\n", m, n, k,
+                    invariant ? "invariant" : "cuBLAS", sec > 0 ? flops / sec / 1e12 : 0.0,
+                    sec > 0 ? wbytes / sec / 1e9 : 0.0, sec > 0 ? 100 * wbytes / sec / bw : 0.0);
+      }
     }
   }
   return 0;

@@ -1,7 +1,9 @@
 // The CUDA backend: one device, one non-blocking stream, one cuBLAS handle. Ops are launched
 // asynchronously on the stream; the first CUDA or cuBLAS error is kept and reported by
 // Synchronize() (and by the graph calls). GEMMs: cuBLAS, bf16 weights x bf16-rounded activations
-// with fp32 accumulation and fp32 outputs, or fp32 throughout (no TF32) for parity with the CPU.
+// with fp32 accumulation and fp32 outputs, or fp32 throughout (no TF32) for parity with the CPU;
+// or, with CudaBackendOptions::batch_invariant, the batch-invariant kernel (invariant_gemm.cu) on
+// fp32 activations, whose results do not depend on the number of rows.
 // Scratch buffers (attention splits, bf16 activations) only grow; outgrown ones are kept until the
 // backend goes, so recorded CUDA graphs never point at freed memory.
 //
@@ -81,8 +83,11 @@ std::string CudaError(const char* what, cudaError_t err) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType dtype, const CublasApi* blas)
-      : device_(device), dtype_(dtype), blas_(*blas) {}
+  CudaBackend(const CudaBackendOptions& options, const CublasApi* blas)
+      : device_(options.device),
+        dtype_(options.weight_dtype),
+        batch_invariant_(options.batch_invariant),
+        blas_(*blas) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -120,7 +125,8 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override {
-    return "cuda (" + device_name_ + ", " + DTypeName(dtype_) + " weights, cuBLAS)";
+    return "cuda (" + device_name_ + ", " + DTypeName(dtype_) + " weights, " +
+           (batch_invariant_ ? "batch-invariant GEMM" : "cuBLAS") + ")";
   }
 
   // ---- memory -----------------------------------------------------------------------------------
@@ -184,6 +190,10 @@ class CudaBackend final : public Backend {
 
   void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
     if (m <= 0 || n <= 0) return;
+    if (batch_invariant_) {
+      Check(cuda::LaunchInvariantGemm(x, w, /*bf16=*/false, m, n, k, y, stream_), "InvariantGemm");
+      return;
+    }
     // Row-major y [m, n] = x [m, k] * w [n, k]^T is column-major y^T [n, m] = w^T-op(w) * x.
     const float alpha = 1.0f, beta = 0.0f;
     CheckBlas(
@@ -197,6 +207,12 @@ class CudaBackend final : public Backend {
       return;
     }
     if (m <= 0 || n <= 0) return;
+    if (batch_invariant_) {
+      // bf16 weights widened exactly, x kept in fp32 (not rounded to bf16 as for cuBLAS below).
+      Check(cuda::LaunchInvariantGemm(x, w.data, /*bf16=*/true, m, n, k, y, stream_),
+            "InvariantGemm");
+      return;
+    }
     const size_t count = static_cast<size_t>(m) * k;
     __nv_bfloat16* xb = static_cast<__nv_bfloat16*>(
         Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
@@ -371,6 +387,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const DType dtype_;
+  const bool batch_invariant_;
   const CublasApi blas_;
   std::string device_name_;
   int num_sms_ = 1;
@@ -398,7 +415,7 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& o
   }
   StatusOr<const CublasApi*> blas = LoadCublas();
   if (!blas.ok()) return blas.status();
-  auto backend = std::make_unique<CudaBackend>(options.device, options.weight_dtype, *blas);
+  auto backend = std::make_unique<CudaBackend>(options, *blas);
   TS_RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }

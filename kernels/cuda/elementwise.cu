@@ -1,6 +1,10 @@
 // The row-wise and element-wise CUDA kernels: embedding, RMSNorm (+ fused residual add), RoPE, K/V
 // cache writes, SiLU-and-mul, row gathers, bias add, fp32 -> bf16. Each follows its CPU twin in
 // kernels/cpu/cpu_backend.cc (same formulas, same float functions; only summation order differs).
+// Batch invariance (issue 15): every kernel here treats a row alone with a launch shape that does
+// not depend on the number of rows; RMSNorm's one reduction is a block of kRowThreads per row
+// (thread j sums elements j, j + kRowThreads, ... in order, then BlockSum's fixed tree), and the
+// others reduce nothing, so a row's result is the same bits whatever the batch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

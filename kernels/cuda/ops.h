@@ -43,10 +43,19 @@ cudaError_t LaunchAddBias(float* y, const float* bias, int32_t m, int32_t n, cud
 // dst[i] = bf16(src[i]) (round to nearest even).  dst is __nv_bfloat16 [count].
 cudaError_t LaunchFloatToBf16(const float* src, size_t count, void* dst, cudaStream_t stream);
 
-// Paged attention (see Backend::PagedAttention). Each (token, head) pair's context is cut into
-// `num_splits` ranges handled by separate blocks (flash-decoding); with num_splits > 1 the partial
-// results go through `scratch` (PagedAttentionScratchFloats floats) and a second kernel merges
-// them.
+// The batch-invariant GEMM (invariant_gemm.cu): y [m, n] fp32 = x [m, k] fp32 * w [n, k]^T, w fp32
+// or bf16 (`bf16`, widened exactly; x is not rounded). Every y element is one fmaf chain over k in
+// increasing order from 0.0f, as the CPU backend's GEMM: bitwise equal to it on equal inputs, and
+// the same for a row whatever m.
+cudaError_t LaunchInvariantGemm(const float* x, const void* w, bool bf16, int32_t m, int32_t n,
+                                int32_t k, float* y, cudaStream_t stream);
+
+// Paged attention (see Backend::PagedAttention). Each (token, head) row's context is cut into
+// splits of a fixed length (512 positions), attended separately and folded in order, so that a
+// row's result depends on nothing but its own query, length and keys (not on the batch, the block
+// table's width or `num_splits`). `num_splits` picks the launch shape only: 1, one block per row;
+// or at least the widest table's split count, one block per split, whose results go through
+// `scratch` (PagedAttentionScratchFloats floats) to a second kernel that folds them.
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
   int32_t q_stride = 0;
@@ -63,8 +72,9 @@ struct PagedAttentionArgs {
 // The largest head_dim the attention kernel handles.
 constexpr int32_t kMaxAttentionHeadDim = 256;
 
-// How many context ranges to split each (token, head) into: enough blocks to fill `num_sms`
-// multiprocessors twice, no range shorter than 256 positions. Depends only on host-known shapes.
+// The launch shape for LaunchPagedAttention: 1 (one block per row) when the rows alone fill
+// `num_sms` multiprocessors twice, else one block per split of a `max_context`-long table. Depends
+// only on host-known shapes; the results are the same bits either way.
 int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t max_context,
                               int32_t num_sms);
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,

@@ -1,10 +1,24 @@
 // Paged attention on CUDA: prefill chunks over a cached prefix and decode alike (the CPU twin is
-// CpuBackend::PagedAttention). One block handles one (head, token, context range). The block walks
-// its range in chunks of kChunk positions with an online softmax: a warp per key computes the
-// scaled scores q.k / sqrt(head_dim) into shared memory; the chunk's max rescales the running sum
-// and the output accumulator; groups of head_dim threads accumulate p * v over the chunk's rows.
-// With more than one range per (token, head) (flash-decoding, for long contexts in small batches)
-// each range writes its normalized output, max and sum, and a second kernel merges the ranges.
+// CpuBackend::PagedAttention). Each (token, head) row's context [0, len) is cut into splits of
+// kSplitLength positions: a fixed length, so a row's splits depend only on its own length, never on
+// the batch's block-table width, the number of rows or the grid. A split is attended from a fresh
+// state by AttendSplit: it walks the split in chunks of kChunk positions with an online softmax (a
+// warp per key computes the scaled scores q.k / sqrt(head_dim) into shared memory; the chunk's max
+// rescales the running sum and the output accumulator; groups of head_dim threads accumulate p * v
+// over the chunk's rows) and gives the split's normalized output, max and sum. The row's result is
+// the left fold (FoldSplit) of its splits in increasing order. Two launch shapes compute exactly
+// that, instruction for instruction:
+//   - one block per row (grid z = 1) attends the row's splits one after the other and folds them;
+//   - one block per split (flash-decoding, grid z = the widest table's split count, for few rows
+//     and long contexts): each block writes its split's output, max and sum, a second kernel folds
+//     them in split order. Blocks past their row's length exit at once and the fold stops at the
+//     row's last split, so a grid sized for the widest table (CUDA graph replays) is valid. A row
+//     of one split is written by its block directly, as in the one-block shape.
+// AttendSplit and FoldSplit are __noinline__ so both shapes run the same code for them, and the
+// fold's arithmetic is written with _rn intrinsics (never contracted). So a row's output is bitwise
+// the same whatever else is in the batch and whichever shape the host picks
+// (ChooseAttentionSplits may therefore look at the batch). Every reduction inside a split (warp and
+// block sums, the groups' partials) has a fixed order given head_dim and the split's bounds.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,8 +31,10 @@ namespace {
 
 constexpr int kThreads = 256;  // >= kMaxAttentionHeadDim: every head dim has a thread
 constexpr int kChunk = 256;    // positions scored per pass through shared memory
-constexpr int kMinSplitLength = 256;
+// Positions per split: fixed, a multiple of kChunk and of every power-of-two block size up to 512.
+constexpr int32_t kSplitLength = 512;
 static_assert(kThreads >= kMaxAttentionHeadDim, "one thread per output dimension");
+static_assert(kSplitLength % kChunk == 0, "a split is whole chunks");
 
 // The sequence that query token t belongs to: the largest s with query_start[s] <= t.
 __device__ int32_t SequenceOf(const int32_t* query_start, int32_t num_seqs, int32_t t) {
@@ -34,46 +50,27 @@ __device__ int32_t SequenceOf(const int32_t* query_start, int32_t num_seqs, int3
   return lo;
 }
 
-// grid (num_heads, num_tokens, num_splits), block kThreads.
-// scratch (num_splits > 1): out [tokens, heads, splits, head_dim] | max, sum [tokens, heads,
-// splits]
-__global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t num_splits, float* scratch) {
-  __shared__ float sq[kMaxAttentionHeadDim];
-  __shared__ float scores[kChunk];
-  __shared__ float partial[kThreads];
-  __shared__ float red[32];
-  __shared__ int32_t seq_shared;
+__device__ __forceinline__ int32_t NumSplits(int32_t len) {
+  return (len + kSplitLength - 1) / kSplitLength;
+}
 
-  const int32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
-  const int32_t hd = a.head_dim;
+// One split's (or a fold of splits') result for one output dimension: the normalized output o,
+// the max score m and the sum of exp(score - m) l.
+struct SplitResult {
+  float o, m, l;
+};
+
+// Attends positions [start, end) (non-empty) of one row from a fresh state. sq [head_dim] is the
+// query in shared memory; table the row's block table; scores [kChunk], partial [kThreads] and
+// red [32] shared scratch. Returns, on thread i < head_dim, dimension i's output (other threads:
+// o = 0), and on every thread m and l. Contains barriers: every thread of the block calls it.
+__device__ __noinline__ SplitResult AttendSplit(const float* k_cache, const float* v_cache,
+                                                const float* sq, const int32_t* table, int32_t bs,
+                                                int32_t hd, int64_t kv_offset, int64_t kv_width,
+                                                int32_t start, int32_t end, float* scores,
+                                                float* partial, float* red) {
   const int tid = threadIdx.x;
   const int lane = tid % 32, warp = tid / 32, num_warps = kThreads / 32;
-  const int32_t len = a.positions[t] + 1;
-  const int32_t split_len = (a.max_blocks_per_seq * a.block_size + num_splits - 1) / num_splits;
-  const int32_t start = split * split_len;
-  const int32_t end = min(start + split_len, len);
-  const size_t row = static_cast<size_t>(t) * a.num_heads + h;  // (token, head)
-  const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
-  float* split_out = scratch;
-  float* split_max = scratch + total_rows * num_splits * hd;
-  float* split_sum = split_max + total_rows * num_splits;
-
-  if (start >= end) {  // nothing of this sequence's context falls in this range
-    if (tid == 0) {
-      split_max[row * num_splits + split] = -INFINITY;
-      split_sum[row * num_splits + split] = 0.0f;
-    }
-    return;
-  }
-  if (tid == 0) seq_shared = SequenceOf(a.query_start, a.num_seqs, t);
-  for (int32_t i = tid; i < hd; i += kThreads)
-    sq[i] = a.q[static_cast<size_t>(t) * a.q_stride + h * hd + i];
-  __syncthreads();
-
-  const int32_t* table = a.block_tables + static_cast<size_t>(seq_shared) * a.max_blocks_per_seq;
-  const int32_t kvh = h / (a.num_heads / a.num_kv_heads);
-  const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
-  const int32_t bs = a.block_size;
   const float denom = sqrtf(static_cast<float>(hd));
   // Output dimension i of group g: groups split a chunk's positions between them.
   const int32_t groups = kThreads / hd;
@@ -84,7 +81,7 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t num_splits, f
     const int32_t c1 = min(c0 + kChunk, end);
     for (int32_t p = c0 + warp; p < c1; p += num_warps) {
       const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-      const float* kp = a.k_cache + slot * kv_width + kvh * hd;
+      const float* kp = k_cache + slot * kv_width + kv_offset;
       float s = 0.0f;
       for (int32_t j = lane; j < hd; j += 32) s += sq[j] * kp[j];
       s = WarpSum(s);
@@ -108,7 +105,7 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t num_splits, f
     if (g < groups) {
       for (int32_t p = c0 + g; p < c1; p += groups) {
         const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-        acc += scores[p - c0] * a.v_cache[slot * kv_width + kvh * hd + i];
+        acc += scores[p - c0] * v_cache[slot * kv_width + kv_offset + i];
       }
     }
     m_run = m_new;
@@ -116,55 +113,103 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t num_splits, f
   }
   if (g < groups) partial[g * hd + i] = acc;
   __syncthreads();
+  float o = 0.0f;
   if (tid < hd) {
-    float o = 0.0f;
     for (int32_t gg = 0; gg < groups; ++gg) o += partial[gg * hd + tid];
     o /= l_run;
-    if (num_splits == 1) {
-      a.out[row * hd + tid] = o;
-    } else {
-      split_out[(row * num_splits + split) * hd + tid] = o;
-    }
   }
-  if (tid == 0 && num_splits > 1) {
-    split_max[row * num_splits + split] = m_run;
-    split_sum[row * num_splits + split] = l_run;
+  __syncthreads();  // partial is reused by the next split
+  return {o, m_run, l_run};
+}
+
+// The fold of split b (the next in order) into the running result a of the splits before it.
+// Explicit _rn arithmetic: the same bits in whichever kernel it runs.
+__device__ __noinline__ SplitResult FoldSplit(SplitResult a, SplitResult b) {
+  const float m = fmaxf(a.m, b.m);
+  const float wa = __fmul_rn(expf(__fsub_rn(a.m, m)), a.l);
+  const float wb = __fmul_rn(expf(__fsub_rn(b.m, m)), b.l);
+  const float l = __fadd_rn(wa, wb);
+  return {__fdiv_rn(__fmaf_rn(wb, b.o, __fmul_rn(wa, a.o)), l), m, l};
+}
+
+// grid (num_heads, num_tokens, grid_splits), block kThreads. grid_splits == 1: the block attends
+// all of its row's splits; else block z attends split z and, for rows of more than one split,
+// writes it to scratch: out [tokens, heads, grid_splits, head_dim] | max, sum [tokens, heads,
+// grid_splits].
+__global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, float* scratch) {
+  __shared__ float sq[kMaxAttentionHeadDim];
+  __shared__ float scores[kChunk];
+  __shared__ float partial[kThreads];
+  __shared__ float red[32];
+  __shared__ int32_t seq_shared;
+
+  const int32_t h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
+  const int32_t hd = a.head_dim;
+  const int tid = threadIdx.x;
+  const int32_t len = a.positions[t] + 1;
+  const int32_t row_splits = NumSplits(len);
+  const int32_t first = grid_splits == 1 ? 0 : z;
+  const int32_t last = grid_splits == 1 ? row_splits : min(z + 1, row_splits);  // exclusive
+  if (first >= last) return;  // past this row's context: the fold below never reads it
+  const size_t row = static_cast<size_t>(t) * a.num_heads + h;  // (token, head)
+
+  if (tid == 0) seq_shared = SequenceOf(a.query_start, a.num_seqs, t);
+  for (int32_t i = tid; i < hd; i += kThreads)
+    sq[i] = a.q[static_cast<size_t>(t) * a.q_stride + h * hd + i];
+  __syncthreads();
+  const int32_t* table = a.block_tables + static_cast<size_t>(seq_shared) * a.max_blocks_per_seq;
+  const int32_t kvh = h / (a.num_heads / a.num_kv_heads);
+  const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
+
+  SplitResult r{};
+  for (int32_t s = first; s < last; ++s) {
+    const SplitResult split =
+        AttendSplit(a.k_cache, a.v_cache, sq, table, a.block_size, hd, kvh * hd, kv_width,
+                    s * kSplitLength, min((s + 1) * kSplitLength, len), scores, partial, red);
+    r = s == first ? split : FoldSplit(r, split);
+  }
+  if (grid_splits == 1 || row_splits == 1) {
+    if (tid < hd) a.out[row * hd + tid] = r.o;
+    return;
+  }
+  const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
+  float* split_out = scratch;
+  float* split_max = scratch + total_rows * grid_splits * hd;
+  float* split_sum = split_max + total_rows * grid_splits;
+  if (tid < hd) split_out[(row * grid_splits + z) * hd + tid] = r.o;
+  if (tid == 0) {
+    split_max[row * grid_splits + z] = r.m;
+    split_sum[row * grid_splits + z] = r.l;
   }
 }
 
-// grid (num_heads, num_tokens), block head_dim: out = sum_s w_s * out_s / sum_s w_s with
-// w_s = exp(max_s - max) * sum_s over the non-empty ranges s.
-__global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t num_splits, const float* scratch) {
+// grid (num_heads, num_tokens), block head_dim: the fold of a row's splits 0, 1, ... in order (rows
+// of one split were written by PagedAttentionKernel).
+__global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, const float* scratch) {
   const int32_t h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
   const int32_t hd = a.head_dim;
+  const int32_t row_splits = NumSplits(a.positions[t] + 1);
+  if (row_splits <= 1) return;
   const size_t row = static_cast<size_t>(t) * a.num_heads + h;
   const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
-  const float* split_out = scratch;
-  const float* split_max = scratch + total_rows * num_splits * hd;
-  const float* split_sum = split_max + total_rows * num_splits;
-  float m = -INFINITY;
-  for (int32_t s = 0; s < num_splits; ++s) {
-    if (split_sum[row * num_splits + s] > 0.0f) m = fmaxf(m, split_max[row * num_splits + s]);
+  const float* split_out = scratch + row * grid_splits * hd;
+  const float* split_max = scratch + total_rows * grid_splits * hd + row * grid_splits;
+  const float* split_sum = scratch + total_rows * grid_splits * (hd + 1) + row * grid_splits;
+  SplitResult r{split_out[i], split_max[0], split_sum[0]};
+  for (int32_t s = 1; s < row_splits; ++s) {
+    r = FoldSplit(r, {split_out[s * hd + i], split_max[s], split_sum[s]});
   }
-  float total = 0.0f, o = 0.0f;
-  for (int32_t s = 0; s < num_splits; ++s) {
-    const float l = split_sum[row * num_splits + s];
-    if (!(l > 0.0f)) continue;
-    const float w = expf(split_max[row * num_splits + s] - m) * l;
-    total += w;
-    o += w * split_out[(row * num_splits + s) * hd + i];
-  }
-  a.out[row * hd + i] = o / total;
+  a.out[row * hd + i] = r.o;
 }
 
 }  // namespace
 
 int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t max_context,
                               int32_t num_sms) {
-  const int64_t blocks = static_cast<int64_t>(num_tokens) * num_heads;
-  const int64_t want = (2LL * num_sms + blocks - 1) / std::max<int64_t>(1, blocks);
-  const int64_t most = std::max<int64_t>(1, max_context / kMinSplitLength);
-  return static_cast<int32_t>(std::clamp<int64_t>(want, 1, most));
+  // Both shapes give the same bits (see the top of the file); this only picks the faster one.
+  const int64_t rows = static_cast<int64_t>(num_tokens) * num_heads;
+  const int32_t widest = std::max<int32_t>(1, (max_context + kSplitLength - 1) / kSplitLength);
+  return rows >= 2LL * num_sms ? 1 : widest;
 }
 
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
@@ -176,9 +221,12 @@ size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits, float* scratch,
                                  cudaStream_t stream) {
   if (a.num_tokens <= 0) return cudaSuccess;
+  // One block per split needs a block for every split of the widest table (1: one per row).
+  const int64_t widest =
+      (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size + kSplitLength - 1) / kSplitLength;
   if (a.head_dim <= 0 || a.head_dim > kMaxAttentionHeadDim || num_splits < 1 ||
-      a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.num_heads > 65535 ||
-      a.num_tokens > 65535) {
+      (num_splits > 1 && num_splits < widest) || num_splits > 65535 || a.num_kv_heads <= 0 ||
+      a.num_heads % a.num_kv_heads != 0 || a.num_heads > 65535 || a.num_tokens > 65535) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(a.num_heads, a.num_tokens, num_splits);

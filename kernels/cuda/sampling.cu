@@ -1,7 +1,9 @@
 // GpuSampler on CUDA (kernels/gpu_sampler.h): one block of kThreads per row; every mask is a pure
 // function of the row's logits and a few thresholds found by block-wide passes, so nothing but the
 // logits is stored. The CPU twin is Sampler::Sample (engine/sampler.cc); each step below names the
-// CPU lines it follows.
+// CPU lines it follows. Batch invariance (issue 15): a row is one block of a fixed kThreads, and
+// every sum over it has a fixed order (BlockSumD's fixed tree, the in-order chunk scan, integer
+// histograms), so a row's token and logprobs do not depend on the other rows or on the run.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -13,6 +15,11 @@ namespace tinyserve {
 namespace {
 
 constexpr int kThreads = 1024;
+// The top_p pass's weighted histogram sums weights w in (0, 1] as integers of w * 2^44 (exact,
+// associative atomics; 2^18 vocabulary entries of weight 1 still fit in 64 bits). Floating-point
+// atomics would add in whatever order the threads arrive, so the bin chosen near a boundary, and
+// the token, could change from run to run.
+constexpr double kWeightScale = 0x1.0p44;
 
 struct RowOut {
   int32_t token;
@@ -120,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float shf[32];
   __shared__ int shi[32];
   __shared__ unsigned int hist[256];
-  __shared__ double whist[256];
+  __shared__ unsigned long long whist[256];  // weights in units of 1 / kWeightScale
   __shared__ double chunk[kThreads];
   __shared__ int sh_int[2];
 
@@ -207,7 +214,7 @@ __global__ void __launch_bounds__(kThreads)
         const int shift = 56 - 8 * pass;
         for (int d = tid; d < 256; d += kThreads) {
           hist[d] = 0;
-          whist[d] = 0.0;
+          whist[d] = 0;
         }
         __syncthreads();
         for (int i = tid; i < V; i += kThreads) {
@@ -220,7 +227,7 @@ __global__ void __launch_bounds__(kThreads)
           if (pass == 0 || (key >> (shift + 8)) == prefix) {
             const unsigned d = static_cast<unsigned>(key >> shift) & 255u;
             atomicAdd(&hist[d], 1u);
-            atomicAdd(&whist[d], w);
+            atomicAdd(&whist[d], __double2ull_rn(w * kWeightScale));
           }
         }
         __syncthreads();
@@ -229,11 +236,12 @@ __global__ void __launch_bounds__(kThreads)
           for (int d = 0; d < 256; ++d) {
             if (hist[d] == 0) continue;
             last = d;
-            if (crossing && (base + whist[d]) / total > drop_mass) {
+            const double bin_mass = static_cast<double>(whist[d]) / kWeightScale;
+            if (crossing && (base + bin_mass) / total > drop_mass) {
               chosen = d;
               break;
             }
-            base += whist[d];
+            base += bin_mass;
           }
           if (chosen < 0) {
             crossing = false;

@@ -25,9 +25,10 @@ namespace tinyserve {
     if (!ts_gpus.ok()) GTEST_SKIP() << "no usable CUDA device: " << ts_gpus.status().message(); \
   } while (0)
 
-inline std::unique_ptr<Backend> MakeCudaBackend(DType dtype) {
+inline std::unique_ptr<Backend> MakeCudaBackend(DType dtype, bool batch_invariant = false) {
   CudaBackendOptions o;
   o.weight_dtype = dtype;
+  o.batch_invariant = batch_invariant;
   StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return b.ok() ? std::move(b).value() : nullptr;
