@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <random>
 #include <utility>
 
@@ -215,19 +216,12 @@ bool EngineCore::Step() {
         Die(result.status(), clock_->Now());
       } else if (!result.ok()) {
         scheduler_.FailScheduled(result.status(), clock_->Now());
-      } else {
-        sampled_.clear();
-        if (logprobs_.size() < static_cast<size_t>(num_sampled)) logprobs_.resize(num_sampled);
-        int32_t row = 0;
-        for (int32_t s = 0; s < batch.num_seqs(); ++s) {
-          if (!batch.sample[s]) continue;
-          sampled_.push_back(sampler_.Sample(*plan.requests[s], result->row(row), &logprobs_[row]));
-          ++row;
-        }
-        // Before Update() and DispatchEvents(): a stream gets its prompt logprobs ahead of the
-        // token and finish of the same step.
-        PushPromptLogprobs(plan, *result);
+      } else if (SampleBatch(plan, *result)) {
         scheduler_.Update(sampled_, clock_->Now());
+      } else {
+        // Out of memory for the step's logprobs: the batch fails, the engine serves on.
+        scheduler_.FailScheduled(
+            ResourceExhausted("out of memory while sampling the batch (logprobs)"), clock_->Now());
       }
       // The step's outputs wake their consumers only after the observers' OnStep below, so a
       // client that sees its request finish finds the step counted in the metrics.
@@ -247,6 +241,27 @@ bool EngineCore::Step() {
   }
   NotifyStreams();
   return did_work;
+}
+
+bool EngineCore::SampleBatch(const SchedulerOutput& plan, const ExecutorOutput& result) {
+  const ScheduledBatch& batch = plan.batch;
+  const int32_t num_sampled = batch.num_sampled();
+  try {
+    sampled_.clear();
+    if (logprobs_.size() < static_cast<size_t>(num_sampled)) logprobs_.resize(num_sampled);
+    int32_t row = 0;
+    for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+      if (!batch.sample[s]) continue;
+      sampled_.push_back(sampler_.Sample(*plan.requests[s], result.row(row), &logprobs_[row]));
+      ++row;
+    }
+    // Before Update() and DispatchEvents(): a stream gets its prompt logprobs ahead of the token
+    // and finish of the same step.
+    PushPromptLogprobs(plan, result);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
 }
 
 void EngineCore::PushPromptLogprobs(const SchedulerOutput& plan, const ExecutorOutput& result) {
@@ -293,6 +308,20 @@ void EngineCore::Die(const Status& status, double now) {
   scheduler_.FinishAll(FinishReason::kError, now, status.ToString());
 }
 
+void EngineCore::DieOfStepException(const char* what) {
+  try {
+    Die(Internal(std::string("an engine step failed: ") + what), clock_->Now());
+    DispatchEvents();
+    scheduler_.ReleaseFinished();
+  } catch (...) {
+    // Out of memory even for that: at least refuse new work.
+    MutexLock lock(inbox_mu_);
+    dead_.store(true);
+  }
+  NotifyStreams();
+  has_live_requests_.store(false);
+}
+
 void EngineCore::Loop() {
   while (true) {
     {
@@ -300,7 +329,14 @@ void EngineCore::Loop() {
       while (!stopping_ && inbox_.empty() && !has_live_requests_.load()) lock.Wait(inbox_cv_);
       if (stopping_) return;
     }
-    Step();
+    try {
+      Step();
+    } catch (const std::exception& e) {
+      // Nothing of a step may end the process (an uncaught exception on this thread would call
+      // std::terminate). The step's state is unknown: the engine dies, every live request
+      // finishes with reason error, /health says 503.
+      DieOfStepException(e.what());
+    }
   }
 }
 

@@ -47,7 +47,12 @@ protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
 }
 
 GenerationJob::~GenerationJob() {
-  Abort();
+  // Nothing may escape a destructor (std::terminate): EngineCore::Abort allocates an inbox item.
+  // If that fails (out of memory), the requests run on to their own finish, their output unread.
+  try {
+    Abort();
+  } catch (...) {
+  }
   for (auto& c : choices_) LeaveWaiting(*c);
   if (gate_ != nullptr) gate_->EndJob();
 }
