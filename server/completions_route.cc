@@ -149,6 +149,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   const protocol::CompletionRequest& request = *parsed;
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
+  if (auto e = CheckNumChoices(request.prompts.size(), fields.n)) return SendError(res, *e);
 
   const bool echo_logprobs = request.echo && fields.logprobs.has_value();
   std::vector<PromptInfo> prompts;
@@ -187,6 +188,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     }
     prompts.push_back(std::move(info));
   }
+  if (auto e = CheckLogprobEntries(specs)) return SendError(res, *e);
   if (auto e = CheckServing()) return SendError(res, *e);
 
   protocol::ResponseMeta meta{protocol::NewRequestId("cmpl-"),

@@ -17,7 +17,8 @@ struct Response;
 namespace tinyserve {
 
 // "BadRequestError" (400), "AuthenticationError" (401), "NotFoundError" (404),
-// "MethodNotAllowedError" (405), "RequestEntityTooLargeError" (413),
+// "MethodNotAllowedError" (405), "LengthRequiredError" (411), "RequestEntityTooLargeError" (413),
+// "UnsupportedMediaTypeError" (415),
 // "ServiceUnavailableError" (503), "InternalServerError" (500 and anything else).
 const char* ErrorTypeForHttpStatus(int http_status);
 

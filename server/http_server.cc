@@ -4,7 +4,10 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
 #include <exception>
+#include <new>
+#include <optional>
 
 #include <thread>
 #include "engine/engine_core.h"
@@ -12,6 +15,7 @@
 #include "metrics/prometheus_metrics.h"
 #include "server/error_json.h"
 #include "server/openai_routes.h"
+#include "server/request_guard.h"
 
 namespace tinyserve {
 
@@ -32,6 +36,8 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.chat_template = context_.chat_template;
     openai.api_key = context_.api_key;
     openai.max_queue_len = context_.max_queue_len;
+    openai.max_choices_per_request = context_.max_choices_per_request;
+    openai.max_logprobs_per_request = context_.max_logprobs_per_request;
     openai.version = TINYSERVE_VERSION;
     openai.is_healthy = context_.is_healthy;
     openai.sse_writer_threads = options_.sse_writer_threads;
@@ -60,7 +66,10 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
   server_->set_payload_max_length(options_.max_body_bytes);
   httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req,
                                                      httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    // Our own errors: a body, or the closing answer of SendErrorAndClose (a content provider).
+    if (!res.body.empty() || res.has_header("Connection")) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
     std::string message;
     switch (res.status) {
       case 404:
@@ -73,20 +82,38 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
         message = "HTTP error " + std::to_string(res.status);
         break;
     }
-    SetErrorResponse(res, res.status, message);
+    // httplib's own errors (a malformed head, an oversized body, no route) may leave bytes of
+    // the request unread: the connection is closed after the answer.
+    SendErrorAndClose(res, protocol::ApiError::Make(res.status, message));
     return httplib::Server::HandlerResponse::Handled;
   };
   server_->set_error_handler(std::move(on_error));
+  // Before the body is read: the head checks, then the API key (answers close the connection).
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    IgnoreRange(req);
+    std::optional<protocol::ApiError> error = CheckRequestHead(
+        req, openai_ != nullptr && OpenAiRoutes::TakesJsonBody(req.method, req.path));
+    if (!error && openai_ != nullptr) error = openai_->CheckAuthorization(req);
+    if (!error) return httplib::Server::HandlerResponse::Unhandled;
+    SendErrorAndClose(res, *error);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string message = "internal error";
+        // The client gets no internals (an exception's text can name code, files or memory).
         try {
           if (ep) std::rethrow_exception(ep);
+        } catch (const std::bad_alloc&) {
+          std::fputs("tinyserve: a request handler ran out of memory (std::bad_alloc)\n", stderr);
         } catch (const std::exception& e) {
-          message = e.what();
+          std::fprintf(stderr, "tinyserve: a request handler threw: %s\n", e.what());
         } catch (...) {
         }
-        SetErrorResponse(res, 500, message);
+        try {
+          SetErrorResponse(res, 500, "Internal server error");
+        } catch (...) {
+          res.status = 500;  // out of memory even for the error body
+        }
       });
   RegisterRoutes();
 }
