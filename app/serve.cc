@@ -109,7 +109,7 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   cmd->add_option("--max-logprobs-per-request", f.max_logprobs_per_request,
                   "answer 400 to a request whose response could carry more logprob entries than "
                   "this: choices x scored tokens (prompt tokens with echo or prompt_logprobs, up "
-                  "to max_tokens generated) x (1 + top logprobs) (default 1000000; 0 = unlimited)")
+                  "to max_tokens generated) x (1 + top logprobs) (default 250000; 0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option(
          "--chat-template", f.chat_template,

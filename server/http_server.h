@@ -77,10 +77,10 @@ struct ServerContext {
   std::string model_root;        // /v1/models "root"
   int32_t max_model_len = 0;     // 0: the engine's
   std::string chat_template = "plain";
-  std::string api_key;                           // empty: no authentication
-  int64_t max_queue_len = 0;                     // 0: unlimited
-  int32_t max_choices_per_request = 128;         // OpenAiContext's; 0: unlimited
-  int64_t max_logprobs_per_request = 1'000'000;  // OpenAiContext's; 0: unlimited
+  std::string api_key;                         // empty: no authentication
+  int64_t max_queue_len = 0;                   // 0: unlimited
+  int32_t max_choices_per_request = 128;       // OpenAiContext's; 0: unlimited
+  int64_t max_logprobs_per_request = 250'000;  // OpenAiContext's; 0: unlimited
 };
 
 class HttpServer {

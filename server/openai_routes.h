@@ -69,7 +69,7 @@ struct OpenAiContext {
   // prompt tokens of prompt_logprobs / echo and up to max_tokens generated ones, of every choice).
   // 0: unlimited.
   int32_t max_choices_per_request = 128;
-  int64_t max_logprobs_per_request = 1'000'000;
+  int64_t max_logprobs_per_request = 250'000;
   std::string version = "0.1.0";
   std::function<bool()> is_healthy;  // null: healthy while the engine exists
   int sse_writer_threads = 2;        // 0: streams are written by their HTTP workers

@@ -124,10 +124,11 @@ TEST(OpenAiHostileTest, LogprobEntriesOverTheCapAre400) {
   json prompts = json::array();
   for (int i = 0; i < 16; ++i) prompts.push_back(long_prompt);
   const json bodies[] = {
-      // 16 prompts x n 8 x 399 prompt tokens x 21 > 1,000,000
+      // 16 prompts x n 8 x 399 prompt tokens x 21 > 250,000 (the default cap)
       {{"prompt", prompts}, {"n", 8}, {"echo", true}, {"logprobs", 20}, {"max_tokens", 1}},
       {{"prompt", prompts}, {"n", 8}, {"prompt_logprobs", 20}, {"max_tokens", 1}},
-      // 128 choices x 100 tokens x 21 > 1,000,000 (generated tokens alone)
+      {{"prompt", prompts}, {"n", 2}, {"echo", true}, {"logprobs", 20}, {"max_tokens", 1}},
+      // 128 choices x 400 tokens x 21 > 250,000 (generated tokens alone)
       {{"prompt", "Once"}, {"n", 128}, {"logprobs", 20}, {"max_tokens", 400}},
   };
   for (const json& body : bodies) {
