@@ -100,7 +100,10 @@ bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* 
     c.engine_done = true;
     if (out.finish_reason == FinishReason::kError) c.error_message = out.error_message;
   }
-  if (!out.token_ids.empty() || out.finished) has_output_ = true;
+  if (!out.token_ids.empty() || out.finished) {
+    has_output_ = true;
+    c.has_output = true;
+  }
   c.prompt_logprobs.insert(c.prompt_logprobs.end(),
                            std::make_move_iterator(out.prompt_logprobs.begin()),
                            std::make_move_iterator(out.prompt_logprobs.end()));
