@@ -4,9 +4,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
-#include <cstdio>
 #include <exception>
-#include <new>
 #include <optional>
 
 #include <thread>
@@ -98,23 +96,8 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     SendErrorAndClose(res, *error);
     return httplib::Server::HandlerResponse::Handled;
   });
-  server_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        // The client gets no internals (an exception's text can name code, files or memory).
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::bad_alloc&) {
-          std::fputs("tinyserve: a request handler ran out of memory (std::bad_alloc)\n", stderr);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "tinyserve: a request handler threw: %s\n", e.what());
-        } catch (...) {
-        }
-        try {
-          SetErrorResponse(res, 500, "Internal server error");
-        } catch (...) {
-          res.status = 500;  // out of memory even for the error body
-        }
-      });
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                                    std::exception_ptr ep) { SetInternalErrorResponse(res, ep); });
   RegisterRoutes();
 }
 
