@@ -82,7 +82,7 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     }
     // httplib's own errors (a malformed head, an oversized body, no route) may leave bytes of
     // the request unread: the connection is closed after the answer.
-    SendErrorAndClose(res, protocol::ApiError::Make(res.status, message));
+    SendErrorAndClose(req, res, protocol::ApiError::Make(res.status, message));
     return httplib::Server::HandlerResponse::Handled;
   };
   server_->set_error_handler(std::move(on_error));
@@ -93,7 +93,7 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
         req, openai_ != nullptr && OpenAiRoutes::TakesJsonBody(req.method, req.path));
     if (!error && openai_ != nullptr) error = openai_->CheckAuthorization(req);
     if (!error) return httplib::Server::HandlerResponse::Unhandled;
-    SendErrorAndClose(res, *error);
+    SendErrorAndClose(req, res, *error);
     return httplib::Server::HandlerResponse::Handled;
   });
   server_->set_exception_handler([](const httplib::Request&, httplib::Response& res,

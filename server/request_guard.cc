@@ -51,6 +51,14 @@ std::optional<ApiError> CheckRequestHead(const httplib::Request& req, bool json_
       return ApiError::BadRequest(
           "The request has both Content-Length and Transfer-Encoding (ambiguous framing).");
     }
+    // httplib reads a body only for these methods: any other body would be read as the next
+    // request.
+    const bool body_is_read = req.method == "POST" || req.method == "PUT" ||
+                              req.method == "PATCH" || req.method == "DELETE" ||
+                              req.method == "PRI";
+    if (!body_is_read && length.find_first_not_of('0') != std::string::npos) {
+      return ApiError::BadRequest("A " + req.method + " request cannot have a body.");
+    }
   }
   if (has_encoding) {
     return ApiError::Make(411,
@@ -80,7 +88,8 @@ void IgnoreRange(const httplib::Request& req) {
   mutable_req.headers.erase("Range");
 }
 
-void SendErrorAndClose(httplib::Response& res, const ApiError& error) {
+void SendErrorAndClose(const httplib::Request& req, httplib::Response& res, const ApiError& error) {
+  if (req.method == "HEAD") const_cast<httplib::Request&>(req).method = "GET";
   res.status = error.http_status;
   res.set_header("Connection", "close");
   auto body = std::make_shared<const std::string>(protocol::DumpJson(error.ToJson()));

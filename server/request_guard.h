@@ -9,7 +9,8 @@
 //
 // CheckRequestHead refuses, each with vLLM's error JSON:
 //   400  more than one Content-Length, or one that is not a decimal number; Content-Length with
-//        Transfer-Encoding (ambiguous framing)
+//        Transfer-Encoding (ambiguous framing); a body on a method whose body httplib does not
+//        read (GET, HEAD, OPTIONS, ...: it would be parsed as the next request)
 //   411  any Transfer-Encoding (httplib 0.11.4 reads a chunked body without the body limit), and a
 //        POST to a JSON route without Content-Length
 //   415  a Content-Encoding other than identity (httplib would inflate a gzip body without the
@@ -40,7 +41,10 @@ std::optional<protocol::ApiError> CheckRequestHead(const httplib::Request& req, 
 void IgnoreRange(const httplib::Request& req);
 
 // Sets `res` to the error JSON with `Connection: close`; httplib closes the connection after
-// sending it (see above).
-void SendErrorAndClose(httplib::Response& res, const protocol::ApiError& error);
+// sending it (see above). A HEAD request is answered as a GET (with the body): httplib calls no
+// content provider for HEAD, and would keep the connection. REQUIRES: called from the pre-routing
+// or the error handler (`req` is httplib's own, non-const, Request).
+void SendErrorAndClose(const httplib::Request& req, httplib::Response& res,
+                       const protocol::ApiError& error);
 
 }  // namespace tinyserve
