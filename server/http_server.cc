@@ -90,7 +90,8 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     IgnoreRange(req);
     std::optional<protocol::ApiError> error = CheckRequestHead(
-        req, openai_ != nullptr && OpenAiRoutes::TakesJsonBody(req.method, req.path));
+        req, openai_ != nullptr && OpenAiRoutes::TakesJsonBody(req.method, req.path),
+        options_.max_body_bytes);
     if (!error && openai_ != nullptr) error = openai_->CheckAuthorization(req);
     if (!error) return httplib::Server::HandlerResponse::Unhandled;
     SendErrorAndClose(req, res, *error);

@@ -2,12 +2,17 @@
 
 #include <httplib.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "server/connection_watch.h"
 #include "server/protocol/responses.h"
 
 namespace tinyserve {
@@ -33,9 +38,32 @@ bool IsDecimal(const std::string& s) {
          std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
+// After the answer: sends FIN, then reads and drops what the client still sends (the body it
+// is writing) for a bounded time and size, so that closing with unread bytes (which makes the
+// kernel send a reset) does not destroy the answer before the client has read it.
+void LingeringClose(int fd) {
+  constexpr auto kMaxTime = std::chrono::seconds(1);
+  constexpr size_t kMaxBytes = size_t{16} << 20;
+  shutdown(fd, SHUT_WR);
+  const auto deadline = std::chrono::steady_clock::now() + kMaxTime;
+  char buf[16384];
+  size_t drained = 0;
+  while (drained < kMaxBytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n <= 0) break;  // the client closed its side, or an error
+    drained += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace
 
-std::optional<ApiError> CheckRequestHead(const httplib::Request& req, bool json_route) {
+std::optional<ApiError> CheckRequestHead(const httplib::Request& req, bool json_route,
+                                         size_t max_body_bytes) {
   const size_t num_lengths = req.get_header_value_count("Content-Length");
   const bool has_encoding = req.has_header("Transfer-Encoding");
   if (num_lengths > 1) {
@@ -50,6 +78,10 @@ std::optional<ApiError> CheckRequestHead(const httplib::Request& req, bool json_
     if (has_encoding) {
       return ApiError::BadRequest(
           "The request has both Content-Length and Transfer-Encoding (ambiguous framing).");
+    }
+    if (std::stoull(length) > max_body_bytes) {
+      return ApiError::PayloadTooLarge("Request body is larger than the limit (" +
+                                       std::to_string(max_body_bytes) + " bytes)");
     }
     // httplib reads a body only for these methods: any other body would be read as the next
     // request.
@@ -93,9 +125,11 @@ void SendErrorAndClose(const httplib::Request& req, httplib::Response& res, cons
   res.status = error.http_status;
   res.set_header("Connection", "close");
   auto body = std::make_shared<const std::string>(protocol::DumpJson(error.ToJson()));
+  const int fd = ConnectionWatch::ForRequest(req).fd();
   res.set_content_provider(body->size(), "application/json",
-                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
-                             sink.write(body->data() + offset, length);
+                           [body, fd](size_t offset, size_t length, httplib::DataSink& sink) {
+                             if (sink.write(body->data() + offset, length) && fd >= 0)
+                               LingeringClose(fd);
                              // A provider that fails makes httplib end the connection rather than
                              // read the next request from it (the unread body of this one).
                              return false;
