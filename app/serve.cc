@@ -99,7 +99,17 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "require `Authorization: Bearer KEY` on /v1/* (also $TINYSERVE_API_KEY)")
       ->envname("TINYSERVE_API_KEY");
   cmd->add_option("--max-queue-len", f.max_queue_len,
-                  "answer 503 when this many requests wait to be scheduled (0 = unlimited)")
+                  "answer 503 when this many requests wait to be scheduled (default 4096; 0 = "
+                  "unlimited); a request with a larger n gets 400")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-choices-per-request", f.max_choices_per_request,
+                  "answer 400 to a request for more choices (prompts x n) than this (default 128; "
+                  "0 = unlimited)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-logprobs-per-request", f.max_logprobs_per_request,
+                  "answer 400 to a request whose response could carry more logprob entries than "
+                  "this: choices x scored tokens (prompt tokens with echo or prompt_logprobs, up "
+                  "to max_tokens generated) x (1 + top logprobs) (default 250000; 0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option(
          "--chat-template", f.chat_template,
@@ -220,6 +230,8 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.chat_template = chat_template;
   context.api_key = f.api_key;
   context.max_queue_len = f.max_queue_len;
+  context.max_choices_per_request = f.max_choices_per_request;
+  context.max_logprobs_per_request = f.max_logprobs_per_request;
   HttpServer server(server_options, context);
   if (Status s = server.Bind(); !s.ok()) return fail(s);
 

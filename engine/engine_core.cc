@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <random>
 #include <utility>
 
@@ -202,7 +203,6 @@ bool EngineCore::Step() {
     if (batch.num_seqs() > 0) {
       did_work = true;
       StatusOr<ExecutorOutput> result = ExecuteBatch(batch);
-      const int32_t num_sampled = batch.num_sampled();
       if (result.ok()) {
         Status shape = CheckOutput(batch, *result);
         if (!shape.ok()) result = shape;
@@ -211,14 +211,13 @@ bool EngineCore::Step() {
         Die(result.status(), clock_->Now());
       } else if (!result.ok()) {
         scheduler_.FailScheduled(result.status(), clock_->Now());
-      } else {
-        logprobs_ = std::move(result->sampled);
-        sampled_.resize(num_sampled);
-        for (int32_t row = 0; row < num_sampled; ++row) sampled_[row] = logprobs_[row].token_id;
-        // Before Update() and DispatchEvents(): a stream gets its prompt logprobs ahead of the
-        // token and finish of the same step.
-        PushPromptLogprobs(plan, *result);
+      } else if (TakeOutputs(plan, *result)) {
         scheduler_.Update(sampled_, clock_->Now());
+      } else {
+        // Out of memory for the step's logprobs: the batch fails, the engine serves on.
+        scheduler_.FailScheduled(
+            ResourceExhausted("out of memory while delivering the batch's logprobs"),
+            clock_->Now());
       }
       // The step's outputs wake their consumers only after the observers' OnStep below, so a
       // client that sees its request finish finds the step counted in the metrics.
@@ -256,6 +255,21 @@ Status EngineCore::CheckOutput(const ScheduledBatch& batch, const ExecutorOutput
     }
   }
   return Status::Ok();
+}
+
+bool EngineCore::TakeOutputs(const SchedulerOutput& plan, ExecutorOutput& result) {
+  const int32_t num_sampled = plan.batch.num_sampled();
+  try {
+    logprobs_ = std::move(result.sampled);
+    sampled_.resize(num_sampled);
+    for (int32_t row = 0; row < num_sampled; ++row) sampled_[row] = logprobs_[row].token_id;
+    // Before Update() and DispatchEvents(): a stream gets its prompt logprobs ahead of the token
+    // and finish of the same step.
+    PushPromptLogprobs(plan, result);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
 }
 
 void EngineCore::PushPromptLogprobs(const SchedulerOutput& plan, ExecutorOutput& result) {
@@ -302,6 +316,20 @@ void EngineCore::Die(const Status& status, double now) {
   scheduler_.FinishAll(FinishReason::kError, now, status.ToString());
 }
 
+void EngineCore::DieOfStepException(const char* what) {
+  try {
+    Die(Internal(std::string("an engine step failed: ") + what), clock_->Now());
+    DispatchEvents();
+    scheduler_.ReleaseFinished();
+  } catch (...) {
+    // Out of memory even for that: at least refuse new work.
+    MutexLock lock(inbox_mu_);
+    dead_.store(true);
+  }
+  NotifyStreams();
+  has_live_requests_.store(false);
+}
+
 void EngineCore::Loop() {
   while (true) {
     {
@@ -309,7 +337,14 @@ void EngineCore::Loop() {
       while (!stopping_ && inbox_.empty() && !has_live_requests_.load()) lock.Wait(inbox_cv_);
       if (stopping_) return;
     }
-    Step();
+    try {
+      Step();
+    } catch (const std::exception& e) {
+      // Nothing of a step may end the process (an uncaught exception on this thread would call
+      // std::terminate). The step's state is unknown: the engine dies, every live request
+      // finishes with reason error, /health says 503.
+      DieOfStepException(e.what());
+    }
   }
 }
 

@@ -12,7 +12,10 @@
 // message, blocks freed); the engine keeps serving the others. A DEVICE_LOST status is fatal: the
 // engine dies. Every live request (the batch, the running and waiting ones, the inbox) finishes
 // with reason error, and from then on is_dead() is true, Submit() returns Unavailable and Abort()
-// is a no-op; the thread stays up (Stop() still joins it).
+// is a no-op; the thread stays up (Stop() still joins it). An allocation failure (std::bad_alloc)
+// in the executor (which samples) or while delivering a batch's logprobs fails that batch as an
+// executor error does; any other exception that escapes a step on the engine thread kills the
+// engine as a DEVICE_LOST does (the process lives on, /health answers 503).
 //
 // Two ways to drive it: Start() runs the loop on its own thread until Stop(); or, with no thread,
 // the owner calls Step() itself (tests, exact and deterministic with a FakeClock). Stop() joins
@@ -117,6 +120,11 @@ class EngineCore {
   };
 
   bool DrainInbox(double now);
+  // Takes the executor's sampled rows (into sampled_, logprobs_) and pushes the prompt logprobs.
+  // Returns false iff an allocation failed (std::bad_alloc): then the batch is to be failed.
+  bool TakeOutputs(const SchedulerOutput& plan, ExecutorOutput& result);
+  // Loop()'s last resort when Step() threw: Die() with the exception's message.
+  void DieOfStepException(const char* what);
   // Computes the prompt logprobs of the step's prompt-logit rows and pushes them to their streams
   // (without waking them; they are remembered in prompt_streams_).
   // Moves the step's prompt logprobs out of `result` onto their streams.

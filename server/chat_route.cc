@@ -101,6 +101,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   const protocol::ChatRequest& request = *parsed;
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
+  if (auto e = CheckNumChoices(1, fields.n)) return SendError(res, *e);
 
   StatusOr<protocol::RenderedChat> rendered =
       protocol::RenderChat(context_.chat_template, request.messages, request.add_generation_prompt);
@@ -127,6 +128,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     if (j > 0 || fields.stream) spec.params.prompt_logprobs.reset();
     specs.push_back(std::move(spec));
   }
+  if (auto e = CheckLogprobEntries(specs)) return SendError(res, *e);
   if (auto e = CheckServing()) return SendError(res, *e);
 
   protocol::ResponseMeta meta{protocol::NewRequestId("chatcmpl-"),

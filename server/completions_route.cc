@@ -27,6 +27,13 @@ namespace {
 
 constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
 
+// The choice that scores `c`'s prompt (prompt logprobs, for echo or prompt_logprobs): the prompt's
+// first choice. The job's choices are in prompt order, n per prompt.
+const GenerationJob::Choice& ScorerOf(const GenerationJob& job, const GenerationJob::Choice& c,
+                                      int32_t n) {
+  return *job.choices()[static_cast<size_t>(c.spec.prompt_index) * static_cast<size_t>(n)];
+}
+
 struct PromptInfo {
   std::vector<int32_t> ids;
   std::string echo;  // the echoed prompt text ("" without echo)
@@ -46,12 +53,16 @@ class CompletionSseStream final : public SseStream {
         include_usage_(fields.include_usage()),
         continuous_usage_(fields.stream_options && fields.stream_options->continuous_usage_stats),
         echo_logprobs_(echo_logprobs),
+        n_(fields.n),
         text_offsets_(this->job().choices().size(), 0),
-        echo_pending_(this->job().choices().size(), false) {}
+        echo_pending_(this->job().choices().size(), false),
+        held_(this->job().choices().size()) {}
 
  protected:
   // The echo is the first chunk of its choice. With prompt logprobs it waits for them: it goes
-  // out just before the choice's first update (they all arrive before the first token).
+  // out just before the choice's first update, once the prompt's scorer (ScorerOf) has had its
+  // first output (its prompt logprobs all arrive before that); until then the choice's updates
+  // are held.
   void OnStart(std::string* out) override {
     for (size_t i = 0; i < job().choices().size(); ++i) {
       const GenerationJob::Choice& c = *job().choices()[i];
@@ -65,9 +76,35 @@ class CompletionSseStream final : public SseStream {
 
   void OnUpdate(const ChoiceUpdate& u, std::string* out) override {
     if (echo_pending_[u.choice]) {
+      const GenerationJob::Choice& c = *job().choices()[u.choice];
+      if (!ScorerOf(job(), c, n_).has_output) {
+        held_[u.choice].push_back(u);
+        return;
+      }
       echo_pending_[u.choice] = false;
       SendEcho(u.choice, out);
     }
+    Send(u, out);
+    // The scorer's first output releases the choices of its prompt that were held.
+    const auto first =
+        static_cast<size_t>(job().choices()[u.choice]->spec.prompt_index) * static_cast<size_t>(n_);
+    if (u.choice != first) return;
+    for (size_t i = first; i < first + static_cast<size_t>(n_); ++i) {
+      if (held_[i].empty()) continue;
+      echo_pending_[i] = false;
+      SendEcho(i, out);
+      for (const ChoiceUpdate& h : held_[i]) Send(h, out);
+      held_[i].clear();
+    }
+  }
+
+  void OnFinish(std::string* out) override {
+    if (!include_usage_) return;
+    chunks_.AppendUsageChunk(TotalUsage(), out);
+  }
+
+ private:
+  void Send(const ChoiceUpdate& u, std::string* out) {
     const GenerationJob::Choice& c = *job().choices()[u.choice];
     const protocol::ChoiceDelta& d = u.delta;
     const bool with_logprobs = c.spec.params.logprobs.has_value() && !d.logprobs.empty();
@@ -94,12 +131,6 @@ class CompletionSseStream final : public SseStream {
     chunks_.AppendCompletionChunk(choice, UsageOf(u.choice), out, logprobs_json_);
   }
 
-  void OnFinish(std::string* out) override {
-    if (!include_usage_) return;
-    chunks_.AppendUsageChunk(TotalUsage(), out);
-  }
-
- private:
   void SendEcho(size_t i, std::string* out) {
     const GenerationJob::Choice& c = *job().choices()[i];
     const std::string& echo = prompts_[static_cast<size_t>(c.spec.prompt_index)].echo;
@@ -107,8 +138,8 @@ class CompletionSseStream final : public SseStream {
     choice.index = c.spec.index;
     choice.text = echo;
     if (echo_logprobs_) {
-      choice.logprobs =
-          protocol::CompletionPromptLogprobsJson(*tokenizer_, c.spec.prompt_ids, c.prompt_logprobs);
+      choice.logprobs = protocol::CompletionPromptLogprobsJson(
+          *tokenizer_, c.spec.prompt_ids, ScorerOf(job(), c, n_).prompt_logprobs);
     }
     text_offsets_[i] = protocol::Utf8Length(echo);
     chunks_.AppendCompletionChunk(choice, UsageOf(i), out);
@@ -133,9 +164,11 @@ class CompletionSseStream final : public SseStream {
   const bool include_usage_;
   const bool continuous_usage_;
   const bool echo_logprobs_;  // echo with logprobs: the echo chunk carries the prompt's logprobs
+  const int32_t n_;           // choices per prompt
   std::vector<size_t> text_offsets_;  // [num_choices] code points sent so far
   std::vector<bool> echo_pending_;    // [num_choices] the echo waits for the prompt logprobs
-  std::string logprobs_json_;         // OnUpdate's logprobs object, reused
+  std::vector<std::vector<ChoiceUpdate>> held_;  // [num_choices] updates before the echo
+  std::string logprobs_json_;                    // OnUpdate's logprobs object, reused
 };
 
 }  // namespace
@@ -149,6 +182,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   const protocol::CompletionRequest& request = *parsed;
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
+  if (auto e = CheckNumChoices(request.prompts.size(), fields.n)) return SendError(res, *e);
 
   const bool echo_logprobs = request.echo && fields.logprobs.has_value();
   std::vector<PromptInfo> prompts;
@@ -187,6 +221,11 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     }
     prompts.push_back(std::move(info));
   }
+  if (auto e = CheckLogprobEntries(specs)) return SendError(res, *e);  // as the response shows them
+  // Each prompt is scored once, by its first choice (ScorerOf); its other choices show those.
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (i % static_cast<size_t>(fields.n) != 0) specs[i].params.prompt_logprobs.reset();
+  }
   if (auto e = CheckServing()) return SendError(res, *e);
 
   protocol::ResponseMeta meta{protocol::NewRequestId("cmpl-"),
@@ -217,6 +256,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
           res, ApiError::Make(500, "The request failed in the engine: " + c->error_message));
     }
     const PromptInfo& prompt = prompts[static_cast<size_t>(c->spec.prompt_index)];
+    const GenerationJob::Choice& scorer = ScorerOf(*job, *c, fields.n);
     protocol::CompletionChoice choice;
     choice.index = c->spec.index;
     choice.text = prompt.echo + c->text.text();
@@ -225,14 +265,14 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
                                                          protocol::Utf8Length(prompt.echo));
       if (echo_logprobs) {
         nlohmann::ordered_json all =
-            protocol::CompletionPromptLogprobsJson(tok, c->spec.prompt_ids, c->prompt_logprobs);
+            protocol::CompletionPromptLogprobsJson(tok, c->spec.prompt_ids, scorer.prompt_logprobs);
         protocol::ConcatCompletionLogprobs(&all, choice.logprobs);
         choice.logprobs = std::move(all);
       }
     }
-    if (c->spec.params.prompt_logprobs) {  // vLLM sends them whenever they were computed
+    if (scorer.spec.params.prompt_logprobs) {  // vLLM sends them whenever they were computed
       choice.prompt_logprobs =
-          protocol::PromptLogprobsJson(tok, c->spec.prompt_ids, c->prompt_logprobs);
+          protocol::PromptLogprobsJson(tok, c->spec.prompt_ids, scorer.prompt_logprobs);
     }
     choice.finish_reason = c->text.finish_reason();
     choice.stop_reason = c->text.stop_reason();

@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <cstdio>
+#include <new>
+
 #include "server/protocol/api_error.h"
 
 namespace tinyserve {
@@ -30,6 +33,23 @@ void SetErrorResponse(httplib::Response& res, int http_status, const std::string
   res.set_content(ErrorJson(http_status, message, param)
                       .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
                   "application/json");
+}
+
+void SetInternalErrorResponse(httplib::Response& res, std::exception_ptr error) noexcept {
+  try {
+    if (error) std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    std::fputs("tinyserve: a request handler ran out of memory (std::bad_alloc)\n", stderr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tinyserve: a request handler threw: %s\n", e.what());
+  } catch (...) {
+    std::fputs("tinyserve: a request handler threw a non-standard exception\n", stderr);
+  }
+  try {
+    SetErrorResponse(res, 500, "Internal server error");
+  } catch (...) {
+    res.status = 500;
+  }
 }
 
 void SetErrorResponse(httplib::Response& res, const Status& status,

@@ -4,6 +4,7 @@
 // Plain functions; thread-safe.
 #pragma once
 
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -17,7 +18,8 @@ struct Response;
 namespace tinyserve {
 
 // "BadRequestError" (400), "AuthenticationError" (401), "NotFoundError" (404),
-// "MethodNotAllowedError" (405), "RequestEntityTooLargeError" (413),
+// "MethodNotAllowedError" (405), "LengthRequiredError" (411), "RequestEntityTooLargeError" (413),
+// "UnsupportedMediaTypeError" (415),
 // "ServiceUnavailableError" (503), "InternalServerError" (500 and anything else).
 const char* ErrorTypeForHttpStatus(int http_status);
 
@@ -34,6 +36,10 @@ nlohmann::ordered_json ErrorJson(int http_status, const std::string& message,
 // Sets `res` to the error JSON with status `http_status` (Content-Type application/json).
 void SetErrorResponse(httplib::Response& res, int http_status, const std::string& message,
                       const std::optional<std::string>& param = std::nullopt);
+// The 500 for an exception a handler threw (`error`, may be null): "Internal server error" and
+// nothing of the exception (its text can name code, files or memory), which goes to stderr
+// instead. Never throws: out of memory even for the body, it sets the status alone.
+void SetInternalErrorResponse(httplib::Response& res, std::exception_ptr error) noexcept;
 // Same, for a non-OK Status (HttpStatusFor its code, its message).
 void SetErrorResponse(httplib::Response& res, const Status& status,
                       const std::optional<std::string>& param = std::nullopt);

@@ -47,7 +47,12 @@ protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
 }
 
 GenerationJob::~GenerationJob() {
-  Abort();
+  // Nothing may escape a destructor (std::terminate): EngineCore::Abort allocates an inbox item.
+  // If that fails (out of memory), the requests run on to their own finish, their output unread.
+  try {
+    Abort();
+  } catch (...) {
+  }
   for (auto& c : choices_) LeaveWaiting(*c);
   if (gate_ != nullptr) gate_->EndJob();
 }
@@ -95,7 +100,10 @@ bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* 
     c.engine_done = true;
     if (out.finish_reason == FinishReason::kError) c.error_message = out.error_message;
   }
-  if (!out.token_ids.empty() || out.finished) has_output_ = true;
+  if (!out.token_ids.empty() || out.finished) {
+    has_output_ = true;
+    c.has_output = true;
+  }
   c.prompt_logprobs.insert(c.prompt_logprobs.end(),
                            std::make_move_iterator(out.prompt_logprobs.begin()),
                            std::make_move_iterator(out.prompt_logprobs.end()));

@@ -70,6 +70,8 @@ class GenerationJob {
     std::string error_message;      // finish_reason error
     bool engine_done = false;       // the engine's finish arrived
     bool left_waiting = false;      // the gate was told this request left the queue
+    // The engine sent a token or the finish: the prompt logprobs are complete (they come first).
+    bool has_output = false;
   };
 
   // Submits every choice. `fields` gives the stop strings and detokenizer options; `gate` may

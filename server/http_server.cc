@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 
 #include <thread>
 #include "engine/engine_core.h"
@@ -12,6 +13,7 @@
 #include "metrics/prometheus_metrics.h"
 #include "server/error_json.h"
 #include "server/openai_routes.h"
+#include "server/request_guard.h"
 
 namespace tinyserve {
 
@@ -32,6 +34,8 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.chat_template = context_.chat_template;
     openai.api_key = context_.api_key;
     openai.max_queue_len = context_.max_queue_len;
+    openai.max_choices_per_request = context_.max_choices_per_request;
+    openai.max_logprobs_per_request = context_.max_logprobs_per_request;
     openai.version = TINYSERVE_VERSION;
     openai.is_healthy = context_.is_healthy;
     openai.sse_writer_threads = options_.sse_writer_threads;
@@ -60,7 +64,10 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
   server_->set_payload_max_length(options_.max_body_bytes);
   httplib::Server::HandlerWithResponse on_error = [](const httplib::Request& req,
                                                      httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    // Our own errors: a body, or the closing answer of SendErrorAndClose (a content provider).
+    if (!res.body.empty() || res.has_header("Connection")) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
     std::string message;
     switch (res.status) {
       case 404:
@@ -73,21 +80,25 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
         message = "HTTP error " + std::to_string(res.status);
         break;
     }
-    SetErrorResponse(res, res.status, message);
+    // httplib's own errors (a malformed head, an oversized body, no route) may leave bytes of
+    // the request unread: the connection is closed after the answer.
+    SendErrorAndClose(req, res, protocol::ApiError::Make(res.status, message));
     return httplib::Server::HandlerResponse::Handled;
   };
   server_->set_error_handler(std::move(on_error));
-  server_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string message = "internal error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          message = e.what();
-        } catch (...) {
-        }
-        SetErrorResponse(res, 500, message);
-      });
+  // Before the body is read: the head checks, then the API key (answers close the connection).
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    IgnoreRange(req);
+    std::optional<protocol::ApiError> error = CheckRequestHead(
+        req, openai_ != nullptr && OpenAiRoutes::TakesJsonBody(req.method, req.path),
+        options_.max_body_bytes);
+    if (!error && openai_ != nullptr) error = openai_->CheckAuthorization(req);
+    if (!error) return httplib::Server::HandlerResponse::Unhandled;
+    SendErrorAndClose(req, res, *error);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                                    std::exception_ptr ep) { SetInternalErrorResponse(res, ep); });
   RegisterRoutes();
 }
 

@@ -6,8 +6,12 @@
 // GET /metrics (the Prometheus text of ServerContext::metrics, Content-Type
 // kPrometheusContentType), and, when the context has a tokenizer, the OpenAI API of
 // server/openai_routes.h (/v1/completions, /v1/chat/completions, /v1/models, /version, /tokenize,
-// /detokenize, with the API-key check on /v1/*). Unknown routes, oversized bodies and handler
-// exceptions get the JSON error body of server/error_json.h.
+// /detokenize, with the API-key check on /v1/*). Before any body is read, the pre-routing
+// handler drops Range and refuses what server/request_guard.h refuses (framing, encodings,
+// non-JSON content on the JSON routes), then checks the API key; those answers, and httplib's own
+// errors (unknown routes, oversized bodies, malformed heads), close the connection, so no unread
+// body is parsed as a request. Handler exceptions get a 500 without their text (logged to
+// stderr). Every error has the JSON body of server/error_json.h.
 //
 // Shutdown: Drain() makes new generation requests get 503 while the ones in flight go on
 // (num_in_flight() counts them); Stop() then ends the listen loop.
@@ -73,8 +77,10 @@ struct ServerContext {
   std::string model_root;        // /v1/models "root"
   int32_t max_model_len = 0;     // 0: the engine's
   std::string chat_template = "plain";
-  std::string api_key;        // empty: no authentication
-  int64_t max_queue_len = 0;  // 0: unlimited
+  std::string api_key;                         // empty: no authentication
+  int64_t max_queue_len = 0;                   // 0: unlimited
+  int32_t max_choices_per_request = 128;       // OpenAiContext's; 0: unlimited
+  int64_t max_logprobs_per_request = 250'000;  // OpenAiContext's; 0: unlimited
 };
 
 class HttpServer {

@@ -3,10 +3,12 @@
 #include <httplib.h>
 
 #include <ctime>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
+#include "server/generation_job.h"
 #include "server/protocol/chat_request.h"
 #include "server/protocol/chat_template.h"
 #include "server/protocol/json_fields.h"
@@ -71,10 +73,6 @@ void OpenAiRoutes::SendError(httplib::Response& res, const ApiError& error) {
 }
 
 void OpenAiRoutes::Register(httplib::Server& server) {
-  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return Authorize(req, res) ? httplib::Server::HandlerResponse::Unhandled
-                               : httplib::Server::HandlerResponse::Handled;
-  });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     HandleCompletions(req, res);
   });
@@ -107,24 +105,75 @@ void OpenAiRoutes::Register(httplib::Server& server) {
   }
 }
 
-bool OpenAiRoutes::Authorize(const httplib::Request& req, httplib::Response& res) const {
-  if (context_.api_key.empty()) return true;
-  if (req.path != "/v1" && req.path.rfind("/v1/", 0) != 0) return true;
-  const std::string header = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (header.size() > prefix.size() && header.compare(0, prefix.size(), prefix) == 0 &&
-      KeysEqual(header.substr(prefix.size()), context_.api_key)) {
-    return true;
+bool OpenAiRoutes::TakesJsonBody(const std::string& method, const std::string& path) {
+  return method == "POST" && (path == "/v1/completions" || path == "/v1/chat/completions" ||
+                              path == "/tokenize" || path == "/detokenize");
+}
+
+std::optional<ApiError> OpenAiRoutes::CheckAuthorization(const httplib::Request& req) const {
+  if (context_.api_key.empty()) return std::nullopt;
+  if (req.path != "/v1" && req.path.rfind("/v1/", 0) != 0) return std::nullopt;
+  // The header map holds the whole value; get_header_value() would cut it at a NUL byte.
+  const auto range = req.headers.equal_range("Authorization");
+  if (range.first == range.second) {
+    return ApiError::Unauthorized(
+        "Missing API key: send the header `Authorization: Bearer <key>`.");
   }
-  SendError(res, ApiError::Unauthorized(header.empty() ? "Missing API key: send the header "
-                                                         "`Authorization: Bearer <key>`."
-                                                       : "Incorrect API key provided."));
-  return false;
+  const std::string& header = range.first->second;
+  const std::string prefix = "Bearer ";
+  if (std::next(range.first) == range.second && header.size() > prefix.size() &&
+      header.compare(0, prefix.size(), prefix) == 0 &&
+      KeysEqual(header.substr(prefix.size()), context_.api_key)) {
+    return std::nullopt;
+  }
+  return ApiError::Unauthorized("Incorrect API key provided.");
 }
 
 std::optional<ApiError> OpenAiRoutes::CheckModel(const std::optional<std::string>& model) const {
   if (model && *model != context_.served_model_name) return ApiError::ModelNotFound(*model);
   return std::nullopt;
+}
+
+std::optional<ApiError> OpenAiRoutes::CheckNumChoices(size_t num_prompts, int32_t n) const {
+  const int64_t max_waiting = gate_.max_waiting();
+  if (max_waiting > 0 && n > max_waiting) {
+    return ApiError::BadRequest("n = " + std::to_string(n) + " is more than the server's queue " +
+                                    "can ever hold (--max-queue-len " +
+                                    std::to_string(max_waiting) + ").",
+                                "n");
+  }
+  const int64_t limit = context_.max_choices_per_request;
+  const int64_t num_choices = static_cast<int64_t>(num_prompts) * n;
+  if (limit > 0 && num_choices > limit) {
+    return ApiError::BadRequest("The request asks for " + std::to_string(num_choices) +
+                                    " choices (" + std::to_string(num_prompts) +
+                                    " prompts x n = " + std::to_string(n) + "); the limit is " +
+                                    std::to_string(limit) + " (--max-choices-per-request).",
+                                "n");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> OpenAiRoutes::CheckLogprobEntries(
+    const std::vector<ChoiceSpec>& specs) const {
+  const int64_t limit = context_.max_logprobs_per_request;
+  if (limit <= 0) return std::nullopt;
+  int64_t total = 0;
+  for (const ChoiceSpec& spec : specs) {
+    const SamplingParams& p = spec.params;
+    if (p.prompt_logprobs) {  // every prompt token after the first
+      total += static_cast<int64_t>(spec.prompt_ids.size() - 1) * (1 + *p.prompt_logprobs);
+    }
+    if (p.logprobs) total += static_cast<int64_t>(p.max_tokens) * (1 + *p.logprobs);
+  }
+  if (total <= limit) return std::nullopt;
+  return ApiError::BadRequest(
+      "The response could carry " + std::to_string(total) +
+          " logprob entries (choices x scored tokens x (1 + top logprobs), prompt tokens included "
+          "with echo or prompt_logprobs); the limit is " +
+          std::to_string(limit) +
+          " (--max-logprobs-per-request). Ask for fewer choices, tokens or logprobs.",
+      "logprobs");
 }
 
 std::optional<ApiError> OpenAiRoutes::CheckServing() const {

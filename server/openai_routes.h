@@ -12,9 +12,13 @@
 // Other methods on these paths get 405. Bodies are validated by server/protocol/ before anything
 // is queued; errors are vLLM's JSON (protocol::ApiError). A `model` that is not the served name
 // gets 404 model_not_found. With an API key, every /v1/* request needs `Authorization: Bearer
-// KEY` (401 otherwise, compared in constant time); /health, /metrics, /version, /tokenize and
-// /detokenize stay open, as in vLLM. With max_queue_len > 0, a request that would make more
-// than that many engine requests wait gets 503 at once; a stopped or dead engine gives 503.
+// KEY` (401 otherwise, compared in constant time; HttpServer asks CheckAuthorization before the
+// body is read, with the other head checks of server/request_guard.h); /health, /metrics, /version,
+// /tokenize and /detokenize stay open, as in vLLM. With max_queue_len > 0, a request that would
+// make more than that many engine requests wait gets 503 at once (a request whose n alone is over
+// the limit gets 400: it could never be admitted); a stopped or dead engine gives 503. Requests
+// over the amplification caps (max_choices_per_request, max_logprobs_per_request) get 400 naming
+// the cap.
 //
 // Streams are SSE (server/sse_stream.h), written by SseWriter threads (server/sse_writer.h;
 // or by their HTTP workers where it is off or unavailable). A client that goes away has its
@@ -48,6 +52,8 @@ struct Response;
 
 namespace tinyserve {
 
+struct ChoiceSpec;
+
 struct OpenAiContext {
   EngineCore* engine = nullptr;          // null: generation routes answer 503
   const Tokenizer* tokenizer = nullptr;  // REQUIRES: non-null
@@ -58,6 +64,12 @@ struct OpenAiContext {
   std::string chat_template = "plain";  // protocol::RenderChatTemplate name
   std::string api_key;                  // empty: no authentication
   int64_t max_queue_len = 0;            // 0: unlimited
+  // Amplification caps (400 naming the flag): choices per request (prompts x n), and logprob
+  // entries a response may carry (each scored token with its top-k: (1 + k) per token, over the
+  // prompt tokens of prompt_logprobs / echo and up to max_tokens generated ones, of every choice).
+  // 0: unlimited.
+  int32_t max_choices_per_request = 128;
+  int64_t max_logprobs_per_request = 250'000;
   std::string version = "0.1.0";
   std::function<bool()> is_healthy;  // null: healthy while the engine exists
   int sse_writer_threads = 2;        // 0: streams are written by their HTTP workers
@@ -68,9 +80,15 @@ class OpenAiRoutes {
  public:
   explicit OpenAiRoutes(OpenAiContext context);
 
-  // Adds the routes to `server`, and the API-key check as its pre-routing handler.
-  // REQUIRES: `server` has no pre-routing handler of its own; this object outlives it.
+  // Adds the routes to `server`. REQUIRES: this object outlives it.
   void Register(httplib::Server& server);
+  // The API-key check, for the server's pre-routing handler (before the body is read): the 401
+  // for a /v1 request without the key, else nullopt. The key is compared, in constant time, with
+  // the whole value of the one Authorization header (not cut at a NUL; httplib 0.11.4 has already
+  // percent-decoded it).
+  std::optional<protocol::ApiError> CheckAuthorization(const httplib::Request& req) const;
+  // Returns true iff `method` `path` is a route that parses a JSON body.
+  static bool TakesJsonBody(const std::string& method, const std::string& path);
 
   // The engine requests waiting to be scheduled, as counted for --max-queue-len.
   int64_t num_waiting() const { return gate_.num_waiting(); }
@@ -85,12 +103,15 @@ class OpenAiRoutes {
   static void SendError(httplib::Response& res, const protocol::ApiError& error);
 
  private:
-  // Returns true iff the request may go on; else sets the 401 on `res`.
-  bool Authorize(const httplib::Request& req, httplib::Response& res) const;
   // 404 unless `model` is absent or the served name.
   std::optional<protocol::ApiError> CheckModel(const std::optional<std::string>& model) const;
   // 503 when the engine is missing or dead.
   std::optional<protocol::ApiError> CheckServing() const;
+  // 400 when `num_prompts` x `n` is over --max-choices-per-request, or when `n` alone could never
+  // fit in the queue (--max-queue-len).
+  std::optional<protocol::ApiError> CheckNumChoices(size_t num_prompts, int32_t n) const;
+  // 400 when the choices could carry more logprob entries than --max-logprobs-per-request.
+  std::optional<protocol::ApiError> CheckLogprobEntries(const std::vector<ChoiceSpec>& specs) const;
 
   void HandleCompletions(const httplib::Request& req, httplib::Response& res);
   void HandleChat(const httplib::Request& req, httplib::Response& res);

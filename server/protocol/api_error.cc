@@ -12,8 +12,12 @@ const char* ApiErrorTypeFor(int http_status) {
       return "NotFoundError";
     case 405:
       return "MethodNotAllowedError";
+    case 411:
+      return "LengthRequiredError";
     case 413:
       return "RequestEntityTooLargeError";
+    case 415:
+      return "UnsupportedMediaTypeError";
     case 503:
       return "ServiceUnavailableError";
     default:

@@ -8,7 +8,9 @@
 //   401 AuthenticationError         missing or wrong API key
 //   404 NotFoundError               unknown model or route
 //   405 MethodNotAllowedError       wrong method on a known route
+//   411 LengthRequiredError         a body without Content-Length (server/request_guard.h)
 //   413 RequestEntityTooLargeError  body over the limit
+//   415 UnsupportedMediaTypeError   a compressed body, or not application/json on a JSON route
 //   503 ServiceUnavailableError     overloaded (queue full) or engine dead
 //   500 InternalServerError         anything else (never expected)
 // `param` names the offending request field ("max_tokens", "messages[1].role",

@@ -20,7 +20,35 @@ ApiError WrongType(const std::string& param, const char* expected, const nlohman
 
 }  // namespace
 
+bool JsonDepthAtMost(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
 ApiErrorOr<nlohmann::json> ParseJsonBody(std::string_view body) {
+  if (!JsonDepthAtMost(body, kMaxJsonDepth)) {
+    return ApiError::BadRequest(
+        "Invalid JSON body: arrays and objects nest deeper than the limit "
+        "of " +
+        std::to_string(kMaxJsonDepth) + " levels");
+  }
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(body.begin(), body.end());

@@ -27,9 +27,19 @@
 
 namespace tinyserve::protocol {
 
+// The deepest nesting of arrays and objects a request body may have (the body object is depth 1).
+// Deeper bodies are refused before they are parsed: nlohmann's copy, comparison and dump recurse
+// once per level, and ~100,000 levels overflow a worker's stack.
+inline constexpr int kMaxJsonDepth = 64;
+
 // Parses a request body. 400 "Invalid JSON body: ..." for malformed JSON (including invalid
-// UTF-8 in strings), 400 "The request body must be a JSON object" for any other JSON value.
+// UTF-8 in strings) and for nesting deeper than kMaxJsonDepth (checked first, by a scan of the
+// bytes that skips strings), 400 "The request body must be a JSON object" for any other JSON value.
 ApiErrorOr<nlohmann::json> ParseJsonBody(std::string_view body);
+
+// Returns true iff the arrays and objects of the JSON text `text` nest at most `max_depth` deep
+// (brackets inside strings do not count; malformed text is left to the parser).
+bool JsonDepthAtMost(std::string_view text, int max_depth);
 
 // "a boolean", "an integer", "a number", "a string", "an array", "an object" by JSON type name.
 std::string JsonTypePhrase(const nlohmann::json& value);

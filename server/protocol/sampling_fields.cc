@@ -211,8 +211,13 @@ std::optional<ApiError> RejectUnsupported(const nlohmann::json& body) {
   if (best_of && *best_of != 1) {
     return ApiError::BadRequest("best_of is not supported by this server; use n.", "best_of");
   }
-  if (const nlohmann::json* v = present("response_format");
-      v != nullptr && !(v->is_object() && v->value("type", nlohmann::json()) == "text")) {
+  // Compared in place: copying a member of the request (json::value) would copy its subtree.
+  auto is_text_format = [](const nlohmann::json& v) {
+    if (!v.is_object()) return false;
+    const auto type = v.find("type");
+    return type != v.end() && type->is_string() && type->get_ref<const std::string&>() == "text";
+  };
+  if (const nlohmann::json* v = present("response_format"); v != nullptr && !is_text_format(*v)) {
     return ApiError::BadRequest(
         "Only `response_format` {\"type\": \"text\"} is supported by this server (no structured "
         "output).",

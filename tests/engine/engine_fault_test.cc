@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -220,6 +221,37 @@ TEST(EngineFaultTest, DeviceLostWakesConsumersBlockedOnTheEngineThread) {
   EXPECT_EQ(h.core.Submit(MakeEngineRequest("b", {1}, 1)).status().code(),
             StatusCode::kUnavailable);
   h.core.Stop();
+}
+
+// Issue 16: an exception that escapes a step outside the executor (here an observer running out
+// of memory) called std::terminate on the engine thread. Now the engine dies cleanly: its requests
+// finish with reason error, new ones are refused, and the process lives on.
+TEST(EngineFaultTest, AnExceptionEscapingAStepKillsTheEngineNotTheProcess) {
+  class ThrowingObserver final : public EngineObserver {
+   public:
+    void OnRequestEvent(const Request&, const RequestEvent&) override {}
+    void OnStep(const SchedulerStats&) override {
+      if (++num_steps_ == 3) throw std::bad_alloc();
+    }
+
+   private:
+    int num_steps_ = 0;
+  };
+  FaultHarness h(16, 4, {});
+  ThrowingObserver thrower;
+  h.core.AddObserver(&thrower);
+  h.core.Start();
+  auto a = h.Submit(MakeEngineRequest("a", Prompt(4, 1), 50));
+  RequestOutput out;
+  ASSERT_TRUE(a->WaitForFinish(&out, /*timeout_s=*/30.0));
+  EXPECT_EQ(out.finish_reason, FinishReason::kError);
+  EXPECT_NE(out.error_message.find("an engine step failed"), std::string::npos)
+      << out.error_message;
+  EXPECT_TRUE(h.core.is_dead());
+  EXPECT_EQ(h.core.Submit(MakeEngineRequest("b", {1}, 1)).status().code(),
+            StatusCode::kUnavailable);
+  h.core.Stop();
+  EXPECT_EQ(h.pool().num_used_blocks(), 0);
 }
 
 }  // namespace

@@ -94,6 +94,38 @@ TEST(ParseJsonBodyTest, NonObjectIs400) {
   EXPECT_EQ(ParseJsonBody("[1]").error().message, "The request body must be a JSON object");
 }
 
+// Issue 16: a body nested ~140,000 deep crashed a worker (nlohmann's copy recursed per level).
+TEST(ParseJsonBodyTest, NestingDeeperThanTheLimitIs400BeforeParsing) {
+  auto nested = [](int depth, char open, char close) {
+    std::string s = "{\"prompt\": ";
+    for (int i = 1; i < depth; ++i) s += open == '{' ? "{\"a\": " : "[";
+    s += "1";
+    for (int i = 1; i < depth; ++i) s += close;
+    return s + "}";
+  };
+  EXPECT_TRUE(ParseJsonBody(nested(kMaxJsonDepth, '[', ']')).ok());
+  EXPECT_TRUE(ParseJsonBody(nested(kMaxJsonDepth, '{', '}')).ok());
+  for (const std::string& body :
+       {nested(kMaxJsonDepth + 1, '[', ']'), nested(kMaxJsonDepth + 1, '{', '}'),
+        nested(140000, '[', ']'), nested(140000, '{', '}'), std::string(140000, '[')}) {
+    auto r = ParseJsonBody(body);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().http_status, 400);
+    EXPECT_NE(r.error().message.find("limit of 64 levels"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(ParseJsonBodyTest, BracketsInStringsDoNotCountTowardsTheDepth) {
+  const std::string deep_text(1000, '[');
+  auto r = ParseJsonBody("{\"prompt\": \"" + deep_text + "\\\"{{{\", \"x\": [\"]]]\"]}");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ((*r)["prompt"], deep_text + "\"{{{");
+  EXPECT_TRUE(JsonDepthAtMost("[[]]", 2));
+  EXPECT_FALSE(JsonDepthAtMost("[[[]]]", 2));
+  EXPECT_FALSE(
+      JsonDepthAtMost("[\"\\\\\", [[]]]", 2));  // an escaped backslash ends before the quote
+}
+
 TEST(JsonFieldsTest, IntegralFloatIsAnInteger) {
   nlohmann::json body = {{"n", 2.0}, {"m", 2.5}, {"big", 3000000000LL}, {"b", true}};
   std::optional<int32_t> v;

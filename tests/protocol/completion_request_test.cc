@@ -299,11 +299,17 @@ TEST(CompletionRequestTest, HostileBodiesGive400WithoutCrashing) {
   auto r = ParseCompletionRequestBody(deep_open, kVocab);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().http_status, 400);
+  // Deeper than kMaxJsonDepth: refused before parsing (issue 16); below it, by the prompt parser.
   const std::string deep_prompt =
       R"({"prompt": )" + std::string(20000, '[') + std::string(20000, ']') + "}";
   auto d = ParseCompletionRequestBody(deep_prompt, kVocab);
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.error().param, "prompt");
+  EXPECT_NE(d.error().message.find("limit of 64 levels"), std::string::npos) << d.error().message;
+  const std::string nested_prompt =
+      R"({"prompt": )" + std::string(60, '[') + std::string(60, ']') + "}";
+  auto n = ParseCompletionRequestBody(nested_prompt, kVocab);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.error().param, "prompt");
   for (const char* body : {R"({"prompt": "x", "max_tokens": 1e400})", "{\"prompt\": \"\xC3\"}",
                            R"({"prompt": "x", "temperature": NaN})", "\xEF\xBB\xBF{}", "{} {}"}) {
     auto e = ParseCompletionRequestBody(body, kVocab);

@@ -6,7 +6,10 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <exception>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include "metrics/prometheus_metrics.h"
@@ -116,6 +119,24 @@ TEST(HttpServerLifecycleTest, BindFailsOnAPortInUse) {
   options.port = first.port();
   HttpServer second(options, ServerContext{});
   EXPECT_FALSE(second.Bind().ok());
+}
+
+// Issue 16: a handler's exception became a 500 carrying e.what() ("std::bad_alloc", or whatever
+// text a library put there).
+TEST(ErrorJsonTest, InternalErrorCarriesNothingOfTheException) {
+  for (std::exception_ptr error :
+       {std::make_exception_ptr(std::bad_alloc()),
+        std::make_exception_ptr(std::runtime_error("secret /etc/tinyserve.key at 0x7ffd")),
+        std::make_exception_ptr(42), std::exception_ptr()}) {
+    httplib::Response res;
+    SetInternalErrorResponse(res, error);
+    EXPECT_EQ(res.status, 500);
+    const auto body = nlohmann::json::parse(res.body);
+    EXPECT_EQ(body["error"]["message"], "Internal server error");
+    EXPECT_EQ(body["error"]["type"], "InternalServerError");
+    EXPECT_EQ(res.body.find("secret"), std::string::npos);
+    EXPECT_EQ(res.body.find("bad_alloc"), std::string::npos);
+  }
 }
 
 TEST(ErrorJsonTest, ShapeAndStatusMapping) {

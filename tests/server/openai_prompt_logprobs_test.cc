@@ -230,6 +230,59 @@ TEST_F(PromptLogprobsHttpTest, StreamingAgreesWithNonStreamingForNAndSeveralProm
   EXPECT_EQ(s.usage, r["usage"]);
 }
 
+// Issue 16: each of the n choices scored its prompt again. Now the prompt's first choice scores
+// it and the others show the same values, streaming or not.
+TEST_F(PromptLogprobsHttpTest, EachPromptIsScoredOnceForAllItsChoices) {
+  const json body = {{"prompt", json::array({"Once upon a time", kLongPrompt})},
+                     {"max_tokens", 3},
+                     {"temperature", 1.0},
+                     {"seed", 5},
+                     {"n", 3},
+                     {"echo", true},
+                     {"logprobs", 1}};
+  const int64_t before = server_.recorder().num_scoring_prompts();
+  const json r = PostOk(server_, body);
+  EXPECT_EQ(server_.recorder().num_scoring_prompts() - before, 2);
+  const Streamed s = PostStream(server_, body);
+  EXPECT_EQ(server_.recorder().num_scoring_prompts() - before, 4);
+  ASSERT_EQ(r["choices"].size(), 6u);
+  ASSERT_EQ(s.choices.size(), 6u);
+  for (const json& c : r["choices"]) {
+    const int index = c["index"];
+    const std::string prompt = index < 3 ? "Once upon a time" : kLongPrompt;
+    const size_t num_prompt = tok().Encode(prompt, true).size();
+    const json& first = r["choices"][index - index % 3]["logprobs"];
+    ASSERT_EQ(c["logprobs"]["token_logprobs"].size(), num_prompt + 3) << index;
+    for (size_t t = 1; t < num_prompt; ++t) {
+      EXPECT_EQ(c["logprobs"]["token_logprobs"][t], first["token_logprobs"][t]) << index;
+      EXPECT_EQ(c["logprobs"]["top_logprobs"][t], first["top_logprobs"][t]) << index;
+    }
+    const json& sc = s.choices.at(index);
+    EXPECT_EQ(sc["text"], c["text"]) << index;
+    ExpectSameLogprobs(sc["logprobs"], c["logprobs"], 1e-4);
+  }
+  // Each streamed choice's first chunk is its echo, with all of its prompt's logprobs.
+  std::map<int, bool> seen;
+  for (const json& c : s.chunks) {
+    const int index = c["index"];
+    if (seen[index]) continue;
+    seen[index] = true;
+    const std::string prompt = index < 3 ? "Once upon a time" : kLongPrompt;
+    EXPECT_EQ(c["text"], prompt) << index;
+    EXPECT_EQ(c["logprobs"]["tokens"].size(), tok().Encode(prompt, true).size()) << index;
+  }
+  // prompt_logprobs (not echo): every choice carries the list, scored once.
+  const int64_t before_list = server_.recorder().num_scoring_prompts();
+  const json l =
+      PostOk(server_, {{"prompt", kPrompt}, {"max_tokens", 1}, {"n", 3}, {"prompt_logprobs", 2}});
+  EXPECT_EQ(server_.recorder().num_scoring_prompts() - before_list, 1);
+  ASSERT_EQ(l["choices"].size(), 3u);
+  for (const json& c : l["choices"]) {
+    ASSERT_EQ(c["prompt_logprobs"].size(), kPrompt.size());
+    EXPECT_EQ(c["prompt_logprobs"], l["choices"][0]["prompt_logprobs"]);
+  }
+}
+
 TEST_F(PromptLogprobsHttpTest, EchoAloneAndLogprobsAloneAreUnchanged) {
   const json echo_only = PostOk(
       server_,

@@ -78,6 +78,7 @@ class FinishRecorder final : public EngineObserver {
       queued_ts_[request.request_id] = event.ts;
       prompts_[request.request_id].assign(request.token_ids.begin(),
                                           request.token_ids.begin() + request.num_prompt_tokens);
+      if (request.sampling.prompt_logprobs) ++num_scoring_prompts_;
     } else if (event.type == EventType::kFinished) {
       finishes_[request.request_id] = {event.finish_reason, event.ts};
     } else if (event.type == EventType::kNewTokens) {
@@ -118,6 +119,11 @@ class FinishRecorder final : public EngineObserver {
     std::lock_guard<std::mutex> lock(mu_);
     return queued_ts_;
   }
+  // The requests that asked the engine for prompt logprobs.
+  int64_t num_scoring_prompts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return num_scoring_prompts_;
+  }
   int64_t num_preemptions() const {
     std::lock_guard<std::mutex> lock(mu_);
     return num_preemptions_;
@@ -144,6 +150,7 @@ class FinishRecorder final : public EngineObserver {
   std::map<std::string, std::vector<int32_t>> prompts_;
   std::map<std::string, double> queued_ts_;
   int64_t num_preemptions_ = 0;
+  int64_t num_scoring_prompts_ = 0;
   int32_t max_waiting_ = 0;
   int32_t used_blocks_ = 0;
   int32_t running_ = 0;

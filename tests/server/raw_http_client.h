@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,6 +37,30 @@ class RawClient {
                             "Content-Length: " +
                             std::to_string(body.size()) + "\r\n\r\n" + body;
     ASSERT_EQ(write(fd_, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  }
+  // Writes `bytes` as they are (a request head, part of a body, anything).
+  // Returns false iff the connection failed before all were written (the server may close it
+  // without reading everything).
+  bool Send(const std::string& bytes) {
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // Reads until the server closes the connection (EOF or reset) or `idle_ms` pass without data.
+  // Returns true iff the server closed it.
+  bool ReadUntilClosed(int idle_ms) {
+    char buf[4096];
+    while (true) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, idle_ms) <= 0) return false;
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n <= 0) return true;
+      received_.append(buf, static_cast<size_t>(n));
+    }
   }
   // Reads until the response so far contains `needle`. Returns false on EOF.
   bool ReadUntil(const std::string& needle) {

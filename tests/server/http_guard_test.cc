@@ -1,0 +1,236 @@
+// Issue 16, the HTTP front end: what it refuses before reading a body (server/request_guard.h),
+// on raw sockets. Each refusal is answered and the connection closed, so no unread body is ever
+// parsed as the next request; the server serves on.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "tests/server/openai_test_server.h"
+#include "tests/server/raw_http_client.h"
+
+namespace tinyserve {
+namespace {
+
+using nlohmann::json;
+using testing::OpenAiTestServer;
+using testing::RawClient;
+using testing::TestServerOptions;
+
+constexpr int kIdleMs = 3000;  // a connection the server keeps open stays silent this long
+
+// The number of HTTP responses in `received`.
+size_t CountResponses(const std::string& received) {
+  size_t count = 0;
+  for (size_t pos = received.find("HTTP/1.1 "); pos != std::string::npos;
+       pos = received.find("HTTP/1.1 ", pos + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+// Sends `head` (and `rest` 100 ms later, so it reaches the server as a separate read) and expects
+// one answer with `status`, then the connection closed.
+void ExpectRefusedAndClosed(const OpenAiTestServer& server, const std::string& head,
+                            const std::string& rest, int status, const std::string& name) {
+  RawClient client(server.port());
+  client.Send(head);
+  if (!rest.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    client.Send(rest);
+  }
+  EXPECT_TRUE(client.ReadUntilClosed(kIdleMs)) << name << ": the connection stayed open";
+  const std::string& got = client.received();
+  EXPECT_EQ(got.rfind("HTTP/1.1 " + std::to_string(status), 0), 0u) << name << ": " << got;
+  EXPECT_EQ(CountResponses(got), 1u) << name << ": " << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << name;
+  EXPECT_NE(got.find("\"error\""), std::string::npos) << name << ": " << got;
+}
+
+void ExpectServing(const OpenAiTestServer& server) {
+  auto health = server.Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ok = server.Post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 2}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// A second request hidden in the first one's body.
+const std::string kSmuggled =
+    "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    "Content-Length: 15\r\n\r\n{\"prompt\": \"a\"}";
+
+std::string Head(const std::string& path, const std::string& headers) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
+}
+
+TEST(HttpGuardTest, NonJsonContentTypeIs415OnEveryJsonRoute) {
+  OpenAiTestServer server;
+  const std::string body = R"({"prompt": "Once", "max_tokens": 1, "tokens": [1]})";
+  // ~280 KB nested 140,000 deep: refused for its type before it is parsed.
+  const std::string nested =
+      "{\"prompt\": " + std::string(140000, '[') + "1" + std::string(140000, ']') + "}";
+  for (const char* route :
+       {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
+    for (const char* type : {"text/plain", "application/x-www-form-urlencoded",
+                             "multipart/form-data; boundary=x", "application/jsonx", ""}) {
+      for (const std::string* b : {&body, &nested}) {
+        const std::string content_type =
+            *type == '\0' ? "" : std::string("Content-Type: ") + type + "\r\n";
+        ExpectRefusedAndClosed(
+            server,
+            Head(route, content_type + "Content-Length: " + std::to_string(b->size()) + "\r\n") +
+                *b,
+            "", 415, std::string(route) + " " + type);
+      }
+    }
+    // The media type decides, whatever its case and parameters.
+    for (const char* type : {"application/json; charset=utf-8", "Application/JSON"}) {
+      auto res = server.Client().Post(route, body, type);
+      ASSERT_TRUE(res);
+      EXPECT_NE(res->status, 415) << route << " " << type << ": " << res->body;
+    }
+  }
+  ExpectServing(server);
+}
+
+TEST(HttpGuardTest, CompressedBodyIs415) {
+  OpenAiTestServer server;
+  for (const char* encoding : {"gzip", "deflate", "br", "gzip, identity"}) {
+    ExpectRefusedAndClosed(
+        server,
+        Head("/v1/completions",
+             std::string("Content-Type: application/json\r\nContent-Encoding: ") + encoding +
+                 "\r\nContent-Length: " + std::to_string(kSmuggled.size()) + "\r\n"),
+        kSmuggled, 415, encoding);
+  }
+  ExpectServing(server);
+}
+
+TEST(HttpGuardTest, AmbiguousOrUnboundedFramingIsRefusedAndTheConnectionClosed) {
+  OpenAiTestServer server;
+  const std::string json_type = "Content-Type: application/json\r\n";
+  const std::string chunked = "Transfer-Encoding: chunked\r\n";
+  const std::string length = "Content-Length: " + std::to_string(kSmuggled.size()) + "\r\n";
+  struct Case {
+    const char* name;
+    std::string headers;
+    int status;
+  };
+  const Case cases[] = {
+      {"CL+TE", json_type + length + chunked, 400},
+      {"TE+CL", json_type + chunked + length, 400},
+      {"duplicate CL", json_type + length + length, 400},
+      {"different CLs", json_type + length + "Content-Length: 0\r\n", 400},
+      {"non-numeric CL", json_type + "Content-Length: abc\r\n", 400},
+      {"negative CL", json_type + "Content-Length: -1\r\n", 400},
+      {"CL with a sign", json_type + "Content-Length: +5\r\n", 400},
+      {"chunked", json_type + chunked, 411},
+      {"other TE", json_type + "Transfer-Encoding: gzip, chunked\r\n", 411},
+      {"no CL", json_type, 411},
+  };
+  for (const Case& c : cases) {
+    for (const char* route : {"/v1/completions", "/tokenize"}) {
+      ExpectRefusedAndClosed(server, Head(route, c.headers), kSmuggled, c.status,
+                             std::string(c.name) + " " + route);
+    }
+  }
+  // A Content-Length over the limit: 413 at once (httplib drained the whole body first, 5 s for
+  // a client that sends nothing more).
+  const auto start = std::chrono::steady_clock::now();
+  ExpectRefusedAndClosed(server,
+                         Head("/v1/completions", json_type + "Content-Length: 10000000000\r\n"),
+                         "{\"prompt\"", 413, "CL 10 GB");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // A body on a method whose body httplib does not read (it would run as the next request).
+  const std::string smuggled_get = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const char* method : {"GET /health", "HEAD /health", "OPTIONS /health", "GET /v1/models"}) {
+    ExpectRefusedAndClosed(server,
+                           std::string(method) + " HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                               std::to_string(smuggled_get.size()) + "\r\n\r\n",
+                           smuggled_get, 400, method);
+  }
+  auto empty_body = server.Client().Get("/health", {{"Content-Length", "0"}});
+  ASSERT_TRUE(empty_body);
+  EXPECT_EQ(empty_body->status, 200);
+  // Not only the JSON routes: a GET with a chunked body is refused too.
+  ExpectRefusedAndClosed(server, "GET /health HTTP/1.1\r\nHost: x\r\n" + chunked + "\r\n",
+                         "0\r\n\r\n", 411, "GET chunked");
+  ExpectServing(server);
+}
+
+// The reported desync: a 401 was sent without reading the body, and the body ran as a request.
+TEST(HttpGuardTest, UnauthorizedBodyIsNeverParsedAsARequest) {
+  TestServerOptions options;
+  options.api_key = "sekret";
+  OpenAiTestServer server(options);
+  const std::string length = "Content-Length: " + std::to_string(kSmuggled.size()) + "\r\n";
+  for (const char* auth : {"", "Authorization: Bearer wrong\r\n"}) {
+    ExpectRefusedAndClosed(
+        server,
+        Head("/v1/completions", "Content-Type: application/json\r\n" + std::string(auth) + length),
+        kSmuggled, 401, auth);
+  }
+  // With the key: served, and the connection stays usable.
+  RawClient client(server.port());
+  const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+  client.Send(Head("/v1/completions",
+                   "Authorization: Bearer sekret\r\nContent-Type: "
+                   "application/json\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n") +
+              body);
+  ASSERT_TRUE(client.ReadUntil("\"choices\""));
+  EXPECT_EQ(client.received().rfind("HTTP/1.1 200", 0), 0u) << client.received();
+}
+
+TEST(HttpGuardTest, ApiKeyIsComparedWithTheWholeHeaderValue) {
+  TestServerOptions options;
+  options.api_key = "sekret";
+  OpenAiTestServer server(options);
+  // httplib 0.11.4 percent-decodes header values: %00 becomes a NUL, which get_header_value()
+  // would have cut the value at ("Bearer sekret").
+  ExpectRefusedAndClosed(server,
+                         "GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                         "Authorization: Bearer sekret%00junk\r\n\r\n",
+                         "", 401, "NUL-cut key");
+  ExpectRefusedAndClosed(server,
+                         "GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                         "Authorization: Bearer sekret\r\nAuthorization: Bearer x\r\n\r\n",
+                         "", 401, "two Authorization headers");
+  auto ok = server.Client("sekret").Get("/v1/models");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST(HttpGuardTest, RangeIsIgnored) {
+  TestServerOptions options;
+  options.with_metrics = true;
+  OpenAiTestServer server(options);
+  // 1,500 ranges in 6 KB (httplib refuses a header line over 8 KB): one copy of the body each.
+  std::string ranges = "bytes=0-0";
+  for (int i = 1; i < 1500; ++i) ranges += ",0-0";
+  for (const char* path : {"/metrics", "/v1/models", "/health"}) {
+    auto res = server.Client().Get(path, {{"Range", ranges}});
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_EQ(res->get_header_value("Content-Type").find("multipart"), std::string::npos);
+    EXPECT_FALSE(res->has_header("Content-Range")) << path;
+  }
+  auto plain = server.Client().Get("/metrics");
+  auto ranged = server.Client().Get("/metrics", {{"Range", "bytes=0-9"}});
+  ASSERT_TRUE(plain && ranged);
+  EXPECT_EQ(ranged->status, 200);
+  EXPECT_GT(ranged->body.size(), 10u);
+  auto tokenize = server.Client().Post("/tokenize", {{"Range", "bytes=0-1,3-4"}},
+                                       R"({"prompt": "Once upon a time"})", "application/json");
+  ASSERT_TRUE(tokenize);
+  EXPECT_EQ(tokenize->status, 200);
+  EXPECT_TRUE(json::parse(tokenize->body, nullptr, false).is_object()) << tokenize->body;
+  ExpectServing(server);
+}
+
+}  // namespace
+}  // namespace tinyserve
