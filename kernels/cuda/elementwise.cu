@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -131,10 +132,11 @@ cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, in
                             int32_t dim, float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (bf16) {
-    EmbeddingKernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), ids,
-                                                   dim, out);
+    TS_LAUNCH(EmbeddingKernel, n, kRowThreads, 0, stream, static_cast<const __nv_bfloat16*>(table),
+              ids, dim, out);
   } else {
-    EmbeddingKernel<<<n, kRowThreads, 0, stream>>>(static_cast<const float*>(table), ids, dim, out);
+    TS_LAUNCH(EmbeddingKernel, n, kRowThreads, 0, stream, static_cast<const float*>(table), ids,
+              dim, out);
   }
   return cudaGetLastError();
 }
@@ -143,10 +145,11 @@ cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, c
                           int32_t n, int32_t dim, float eps, float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (residual != nullptr) {
-    RmsNormKernel<true>
-        <<<n, kRowThreads, 0, stream>>>(nullptr, residual, delta, weight, dim, eps, out);
+    TS_LAUNCH(RmsNormKernel<true>, n, kRowThreads, 0, stream, nullptr, residual, delta, weight, dim,
+              eps, out);
   } else {
-    RmsNormKernel<false><<<n, kRowThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out);
+    TS_LAUNCH(RmsNormKernel<false>, n, kRowThreads, 0, stream, x, nullptr, nullptr, weight, dim,
+              eps, out);
   }
   return cudaGetLastError();
 }
@@ -155,8 +158,8 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                        const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
                        int32_t head_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  RopeKernel<<<n, 128, 0, stream>>>(q, q_stride, k, k_stride, positions, num_heads, num_kv_heads,
-                                    head_dim, inv_freq, neox);
+  TS_LAUNCH(RopeKernel, n, 128, 0, stream, q, q_stride, k, k_stride, positions, num_heads,
+            num_kv_heads, head_dim, inv_freq, neox);
   return cudaGetLastError();
 }
 
@@ -164,8 +167,8 @@ cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, c
                                int32_t n, int32_t kv_width, float* k_cache, float* v_cache,
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  WriteKvCacheKernel<<<n, kRowThreads, 0, stream>>>(k, v, stride, slots, kv_width, k_cache,
-                                                    v_cache);
+  TS_LAUNCH(WriteKvCacheKernel, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width, k_cache,
+            v_cache);
   return cudaGetLastError();
 }
 
@@ -173,28 +176,28 @@ cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, fl
                              cudaStream_t stream) {
   const size_t count = static_cast<size_t>(n) * hidden;
   if (count == 0) return cudaSuccess;
-  SiluAndMulKernel<<<GridFor(count, 256), 256, 0, stream>>>(gate_up, n, hidden, out);
+  TS_LAUNCH(SiluAndMulKernel, GridFor(count, 256), 256, 0, stream, gate_up, n, hidden, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                              float* out, cudaStream_t stream) {
   if (m <= 0) return cudaSuccess;
-  GatherRowsKernel<<<m, kRowThreads, 0, stream>>>(x, rows, dim, out);
+  TS_LAUNCH(GatherRowsKernel, m, kRowThreads, 0, stream, x, rows, dim, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAddBias(float* y, const float* bias, int32_t m, int32_t n, cudaStream_t stream) {
   const size_t count = static_cast<size_t>(m) * n;
   if (count == 0) return cudaSuccess;
-  AddBiasKernel<<<GridFor(count, 256), 256, 0, stream>>>(y, bias, m, n);
+  TS_LAUNCH(AddBiasKernel, GridFor(count, 256), 256, 0, stream, y, bias, m, n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchFloatToBf16(const float* src, size_t count, void* dst, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  FloatToBf16Kernel<<<GridFor(count, 256), 256, 0, stream>>>(src, count,
-                                                             static_cast<__nv_bfloat16*>(dst));
+  TS_LAUNCH(FloatToBf16Kernel, GridFor(count, 256), 256, 0, stream, src, count,
+            static_cast<__nv_bfloat16*>(dst));
   return cudaGetLastError();
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -182,11 +183,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     return cudaErrorInvalidValue;
   }
   const dim3 grid(a.num_heads, a.num_tokens, num_splits);
-  PagedAttentionKernel<<<grid, kThreads, 0, stream>>>(a, num_splits, scratch);
+  TS_LAUNCH(PagedAttentionKernel, grid, kThreads, 0, stream, a, num_splits, scratch);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || num_splits == 1) return err;
-  MergeSplitsKernel<<<dim3(a.num_heads, a.num_tokens), a.head_dim, 0, stream>>>(a, num_splits,
-                                                                                scratch);
+  TS_LAUNCH(MergeSplitsKernel, dim3(a.num_heads, a.num_tokens), a.head_dim, 0, stream, a,
+            num_splits, scratch);
   return cudaGetLastError();
 }
 

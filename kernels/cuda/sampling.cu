@@ -7,6 +7,7 @@
 #include <climits>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/gpu_sampler.h"
 
 namespace tinyserve {
@@ -402,7 +403,7 @@ class CudaGpuSampler final : public GpuSampler {
     host_out_.resize(n);
     cudaMemcpyAsync(d_rows_, rows.data(), sizeof(GpuSamplingRow) * n, cudaMemcpyHostToDevice,
                     stream_);
-    SampleKernel<<<n, kThreads, 0, stream_>>>(logits, vocab_, d_rows_, d_out_);
+    TS_LAUNCH(SampleKernel, n, kThreads, 0, stream_, logits, vocab_, d_rows_, d_out_);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
       e = cudaMemcpyAsync(host_out_.data(), d_out_, sizeof(RowOut) * n, cudaMemcpyDeviceToHost,
