@@ -55,12 +55,13 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t num_splits, f
   const int32_t end = min(start + split_len, len);
   const size_t row = static_cast<size_t>(t) * a.num_heads + h;  // (token, head)
   const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
+  // Only with num_splits > 1: scratch is null otherwise (no offsets from a null pointer).
   float* split_out = scratch;
-  float* split_max = scratch + total_rows * num_splits * hd;
-  float* split_sum = split_max + total_rows * num_splits;
+  float* split_max = num_splits > 1 ? scratch + total_rows * num_splits * hd : nullptr;
+  float* split_sum = num_splits > 1 ? split_max + total_rows * num_splits : nullptr;
 
   if (start >= end) {  // nothing of this sequence's context falls in this range
-    if (tid == 0) {
+    if (tid == 0 && num_splits > 1) {
       split_max[row * num_splits + split] = -INFINITY;
       split_sum[row * num_splits + split] = 0.0f;
     }
