@@ -58,7 +58,12 @@ class CudaModelTest : public ::testing::Test {
     weights_ = nullptr;
     cases_ = nullptr;
   }
-  void SetUp() override { TS_SKIP_WITHOUT_CUDA(); }
+  void SetUp() override {
+    TS_SKIP_WITHOUT_CUDA();
+    // A failed SetUpTestSuite leaves these null: fail here instead of dereferencing them.
+    ASSERT_NE(weights_, nullptr) << "stories260K not loaded from " << kShared << "/models";
+    ASSERT_NE(cases_, nullptr) << "no golden cases in " << kShared << "/golden";
+  }
 
   static std::unique_ptr<ModelRunner> MakeRunner(std::unique_ptr<Backend> backend,
                                                  int32_t block_size, int32_t num_blocks,
