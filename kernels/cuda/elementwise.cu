@@ -36,7 +36,7 @@ __global__ void EmbeddingKernel(const T* table, const int32_t* ids, int32_t dim,
 template <bool kAdd>
 __global__ void RmsNormKernel(const float* x, float* residual, const float* delta,
                               const float* weight, int32_t dim, float eps, float* out) {
-  __shared__ float red[32];
+  TS_SHARED_ARRAY(float, red, 32);
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) {

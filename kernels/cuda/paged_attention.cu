@@ -39,11 +39,11 @@ __device__ int32_t SequenceOf(const int32_t* query_start, int32_t num_seqs, int3
 // scratch (num_splits > 1): out [tokens, heads, splits, head_dim] | max, sum [tokens, heads,
 // splits]
 __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t num_splits, float* scratch) {
-  __shared__ float sq[kMaxAttentionHeadDim];
-  __shared__ float scores[kChunk];
-  __shared__ float partial[kThreads];
-  __shared__ float red[32];
-  __shared__ int32_t seq_shared;
+  TS_SHARED_ARRAY(float, sq, kMaxAttentionHeadDim);
+  TS_SHARED_ARRAY(float, scores, kChunk);
+  TS_SHARED_ARRAY(float, partial, kThreads);
+  TS_SHARED_ARRAY(float, red, 32);
+  TS_SHARED_VAR(int32_t, seq_shared);
 
   const int32_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
   const int32_t hd = a.head_dim;

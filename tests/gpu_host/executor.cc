@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tests/gpu_host/runtime_internal.h"
+#include "tests/gpu_host/shared_memory.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -91,6 +92,9 @@ struct Block {
 };
 
 thread_local Block* t_block = nullptr;
+// The barrier interval of the running block: a new one at each block start and barrier release
+// (shared-memory shadows from older intervals are clean).
+thread_local uint64_t t_interval = 0;
 thread_local uint3 t_block_idx{};
 thread_local dim3 t_block_dim, t_grid_dim;
 
@@ -282,6 +286,7 @@ void RunBlock(Block& b, std::vector<Thread>& threads, const std::function<void()
       }
     }
     if (b.faulted) break;
+    ++t_interval;
     for (Thread& t : threads) t.state = State::kReady;
   }
   // Unfinished fibers (after a fault) unwind when destroyed.
@@ -293,6 +298,65 @@ void RunBlock(Block& b, std::vector<Thread>& threads, const std::function<void()
 }
 
 }  // namespace
+
+namespace {
+
+std::string ThreadName(int linear) {
+  const dim3& d = t_block_dim;
+  const unsigned i = static_cast<unsigned>(linear);
+  return Str(uint3{i % d.x, i / d.x % d.y, i / (d.x * d.y)});
+}
+
+const char* AccessName(SharedAccessKind kind) {
+  switch (kind) {
+    case SharedAccessKind::kRead:
+      return "reads";
+    case SharedAccessKind::kWrite:
+      return "writes";
+    case SharedAccessKind::kAtomic:
+      return "atomically updates";
+  }
+  return "?";
+}
+
+// The other thread recorded in `who` (-2: several), or -1 when only `me` (or nobody) is.
+int Other(int32_t who, int me) { return who == -1 || who == me ? -1 : who; }
+
+}  // namespace
+
+void SharedAccess(SharedShadow& s, SharedAccessKind kind, const char* array, size_t index) {
+  if (t_block == nullptr || t_block->current == nullptr) return;  // host code: not a kernel
+  Thread& t = *t_block->current;
+  const int me = t.linear;
+  if (s.interval != t_interval) s = SharedShadow{t_interval, -1, -1, -1};
+  int other = -1;
+  const char* did = "";
+  if ((other = Other(s.writer, me)) != -1) {
+    did = "wrote";
+  } else if (kind != SharedAccessKind::kRead && (other = Other(s.reader, me)) != -1) {
+    did = "read";
+  } else if (kind != SharedAccessKind::kAtomic && (other = Other(s.atomic, me)) != -1) {
+    did = "atomically updated";
+  }
+  if (other != -1) {
+    BlockFault(
+        t, std::string("shared-memory race on ") + array + "[" + std::to_string(index) + "]: it " +
+               AccessName(kind) + " what " +
+               (other == -2 ? std::string("several threads") : "thread " + ThreadName(other)) +
+               " " + did + " since the last __syncthreads");
+    return;
+  }
+  int32_t& slot = kind == SharedAccessKind::kRead    ? s.reader
+                  : kind == SharedAccessKind::kWrite ? s.writer
+                                                     : s.atomic;
+  slot = slot == -1 || slot == me ? me : -2;
+}
+
+void SharedIndexFault(const char* array, long long index, size_t count) {
+  if (t_block == nullptr || t_block->current == nullptr) return;
+  BlockFault(*t_block->current, std::string("shared array ") + array + "[" + std::to_string(count) +
+                                    "] indexed at " + std::to_string(index));
+}
 
 const uint3& CurrentThreadIdx() { return t_block->current->idx; }
 const uint3& CurrentBlockIdx() { return t_block_idx; }
@@ -348,6 +412,7 @@ void ExecuteKernel(const char* kernel, dim3 grid, dim3 block, const std::functio
           threads[i].linear = static_cast<int>(i);
           threads[i].idx = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
         }
+        ++t_interval;
         RunBlock(b, threads, body);
       }
     }

@@ -3,7 +3,7 @@
 // proof that its checks fail: deliberately broken small kernels (a divergent barrier, an early exit
 // before a barrier, an off-by-one on a partial block writing out of bounds, wrong shuffle masks,
 // an allocation / a synchronous copy / a synchronize inside a capture), each caught with a message
-// naming what went wrong.
+// naming what went wrong; shared-memory races (a missing barrier, a counter without atomics).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/shared.cuh"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu_host/executor.h"
 
@@ -68,7 +69,42 @@ __global__ void WarpPrimitives(int* out) {
   }
 }
 
+// A shared histogram by atomics, then a rotate through shared memory with the barrier it needs.
+__global__ void SharedDoneRight(int* out) {
+  TS_SHARED_ARRAY(int, buf, 64);
+  TS_SHARED_ARRAY(unsigned, hist, 4);
+  if (threadIdx.x < 4) hist[threadIdx.x] = 0;
+  buf[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  atomicAdd(&hist[threadIdx.x % 4], 1u);
+  out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+  __syncthreads();
+  if (threadIdx.x < 4) out[64 + threadIdx.x] = static_cast<int>(hist[threadIdx.x]);
+}
+
 // ---- kernels that are wrong ------------------------------------------------------------------
+
+__global__ void SharedRotateWithoutBarrier(int* out) {
+  TS_SHARED_ARRAY(int, buf, 64);
+  buf[threadIdx.x] = static_cast<int>(threadIdx.x);
+  // (the __syncthreads() that belongs here is missing)
+  out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void SharedCounterWithoutAtomics(int* out) {
+  TS_SHARED_VAR(int, count);
+  if (threadIdx.x == 0) count = 0;
+  __syncthreads();
+  count = count + 1;  // every thread: a read-modify-write race
+  __syncthreads();
+  out[threadIdx.x] = count;
+}
+
+__global__ void SharedIndexPastTheEnd(int* out) {
+  TS_SHARED_ARRAY(int, buf, 32);
+  buf[threadIdx.x] = 1;  // 33 threads
+  out[threadIdx.x] = 0;
+}
 
 __global__ void DivergentBarrier(int* out) {
   if (threadIdx.x < 16) __syncthreads();  // half the block never gets there
@@ -347,6 +383,36 @@ TEST_F(HostLayerTest, WrongShuffleMasksAreFaults) {
                                     "(1,0,0)) has exited"));
   cudaFree(d);
   cudaFree(f);
+}
+
+TEST_F(HostLayerTest, SharedMemoryWithBarriersAndAtomicsIsNoRace) {
+  int* d = DeviceAlloc<int>(68);
+  TS_LAUNCH(SharedDoneRight, 2, 64, 0, nullptr, d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> h(68);
+  cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(h[t], (t + 1) % 64);
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(h[64 + b], 16);
+  cudaFree(d);
+}
+
+TEST_F(HostLayerTest, SharedMemoryRacesAndBadIndicesAreFaults) {
+  int* d = DeviceAlloc<int>(64);
+  TS_LAUNCH(SharedRotateWithoutBarrier, 1, 64, 0, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_THAT(OneFault(), HasSubstr("kernel SharedRotateWithoutBarrier, block (0,0,0), thread "
+                                    "(1,0,0): shared-memory race on buf[1]: it writes what thread "
+                                    "(0,0,0) read since the last __syncthreads"));
+
+  TS_LAUNCH(SharedCounterWithoutAtomics, 1, 64, 0, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_THAT(OneFault(), HasSubstr("thread (1,0,0): shared-memory race on count[0]: it reads what "
+                                    "thread (0,0,0) wrote since the last __syncthreads"));
+
+  TS_LAUNCH(SharedIndexPastTheEnd, 1, 33, 0, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_THAT(OneFault(), HasSubstr("thread (32,0,0): shared array buf[32] indexed at 32"));
+  cudaFree(d);
 }
 
 TEST_F(HostLayerTest, GraphsReplayTheirLaunchesAndCopiesOnNewInputs) {

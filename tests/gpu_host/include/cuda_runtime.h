@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "tests/gpu_host/executor.h"
+#include "tests/gpu_host/shared_memory.h"
 
 #define __global__
 #define __device__
@@ -24,6 +25,8 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
+// Plain __shared__ declarations work but are not watched; kernels/cuda declares shared memory
+// with the TS_SHARED_* macros of kernels/cuda/shared.cuh, whose accesses are checked for races.
 #define __shared__ static thread_local
 
 #define threadIdx (::tinyserve::gpu_host::CurrentThreadIdx())
@@ -179,4 +182,18 @@ T atomicCAS(T* p, T compare, T v) {
   const T old = *p;
   if (old == compare) *p = v;
   return old;
+}
+
+// Atomics on watched shared memory (kernels/cuda/shared.cuh): recorded as atomic accesses.
+template <typename T>
+T atomicAdd(::tinyserve::gpu_host::SharedPtr<T> p, T v) {
+  return atomicAdd((*p).AtomicTarget(), v);
+}
+template <typename T>
+T atomicMax(::tinyserve::gpu_host::SharedPtr<T> p, T v) {
+  return atomicMax((*p).AtomicTarget(), v);
+}
+template <typename T>
+T atomicMin(::tinyserve::gpu_host::SharedPtr<T> p, T v) {
+  return atomicMin((*p).AtomicTarget(), v);
 }

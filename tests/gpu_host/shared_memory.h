@@ -1,0 +1,125 @@
+// Host execution layer (tests/gpu_host): shared memory whose every access is checked, behind the
+// TS_SHARED_* declarations of kernels/cuda/shared.cuh. Each element has a shadow recording, for
+// the current barrier interval of the running block, which thread wrote it (not atomically),
+// which read it and which updated it atomically; two threads touching it in one interval with at
+// least one plain write, or a plain access beside another thread's atomic, is a race fault naming
+// the kernel, block, array, element and both threads. An index outside the array is a fault too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tinyserve::gpu_host {
+
+struct SharedShadow {
+  uint64_t interval = 0;  // the barrier interval the fields below belong to
+  int32_t writer = -1;    // a thread, -1 none, -2 several
+  int32_t reader = -1;
+  int32_t atomic = -1;
+};
+
+enum class SharedAccessKind { kRead, kWrite, kAtomic };
+
+// Checks and records one access of the running thread (executor.cc).
+void SharedAccess(SharedShadow& s, SharedAccessKind kind, const char* array, size_t index);
+void SharedIndexFault(const char* array, long long index, size_t count);
+
+template <typename T>
+class SharedPtr;
+
+template <typename T>
+class SharedRef {
+ public:
+  SharedRef(T* p, SharedShadow* s, const char* name, size_t index)
+      : p_(p), s_(s), name_(name), index_(index) {}
+  operator T() const {  // NOLINT: reads as the element
+    SharedAccess(*s_, SharedAccessKind::kRead, name_, index_);
+    return *p_;
+  }
+  const SharedRef& operator=(const T& v) const {
+    SharedAccess(*s_, SharedAccessKind::kWrite, name_, index_);
+    *p_ = v;
+    return *this;
+  }
+  const SharedRef& operator=(const SharedRef& o) const { return *this = static_cast<T>(o); }
+  const SharedRef& operator+=(const T& v) const { return *this = static_cast<T>(*this) + v; }
+  const SharedRef& operator-=(const T& v) const { return *this = static_cast<T>(*this) - v; }
+  const SharedRef& operator*=(const T& v) const { return *this = static_cast<T>(*this) * v; }
+  SharedPtr<T> operator&() const { return SharedPtr<T>(p_, s_, name_, index_); }
+  // An atomic read-modify-write (the atomics of cuda_runtime.h).
+  T* AtomicTarget() const {
+    SharedAccess(*s_, SharedAccessKind::kAtomic, name_, index_);
+    return p_;
+  }
+
+ private:
+  T* p_;
+  SharedShadow* s_;
+  const char* name_;
+  size_t index_;
+};
+
+template <typename T>
+class SharedPtr {
+ public:
+  SharedPtr(T* p, SharedShadow* s, const char* name, size_t index)
+      : p_(p), s_(s), name_(name), index_(index) {}
+  SharedRef<T> operator[](ptrdiff_t i) const {
+    return SharedRef<T>(p_ + i, s_ + i, name_, index_ + static_cast<size_t>(i));
+  }
+  SharedRef<T> operator*() const { return (*this)[0]; }
+  SharedPtr operator+(ptrdiff_t i) const {
+    return SharedPtr(p_ + i, s_ + i, name_, index_ + static_cast<size_t>(i));
+  }
+
+ private:
+  T* p_;
+  SharedShadow* s_;
+  const char* name_;
+  size_t index_;
+};
+
+template <typename T, size_t N>
+class SharedArray {
+ public:
+  explicit SharedArray(const char* name) : name_(name) {}
+  SharedArray(const SharedArray&) = delete;
+  SharedArray& operator=(const SharedArray&) = delete;
+  template <typename I>
+  SharedRef<T> operator[](I i) {
+    const long long at = static_cast<long long>(i);
+    if (at < 0 || at >= static_cast<long long>(N)) {
+      SharedIndexFault(name_, at, N);
+      return SharedRef<T>(&spill_, &spill_shadow_, name_, 0);
+    }
+    return SharedRef<T>(data_ + at, shadow_ + at, name_, static_cast<size_t>(at));
+  }
+  operator SharedPtr<T>() { return SharedPtr<T>(data_, shadow_, name_, 0); }  // NOLINT: decays
+
+ private:
+  const char* name_;
+  T data_[N];
+  SharedShadow shadow_[N];
+  T spill_{};  // where an out-of-bounds access goes, after its fault
+  SharedShadow spill_shadow_;
+};
+
+template <typename T>
+class SharedVar {
+ public:
+  explicit SharedVar(const char* name) : name_(name) {}
+  SharedVar(const SharedVar&) = delete;
+  operator T() { return Ref(); }  // NOLINT: reads as the variable
+  SharedVar& operator=(const T& v) {
+    Ref() = v;
+    return *this;
+  }
+
+ private:
+  SharedRef<T> Ref() { return SharedRef<T>(&value_, &shadow_, name_, 0); }
+  const char* name_;
+  T value_{};
+  SharedShadow shadow_;
+};
+
+}  // namespace tinyserve::gpu_host
