@@ -95,6 +95,7 @@ thread_local Block* t_block = nullptr;
 // The barrier interval of the running block: a new one at each block start and barrier release
 // (shared-memory shadows from older intervals are clean).
 thread_local uint64_t t_interval = 0;
+thread_local uint64_t t_block_serial = 0;  // a new one for each block run
 thread_local uint3 t_block_idx{};
 thread_local dim3 t_block_dim, t_grid_dim;
 
@@ -328,7 +329,12 @@ void SharedAccess(SharedShadow& s, SharedAccessKind kind, const char* array, siz
   if (t_block == nullptr || t_block->current == nullptr) return;  // host code: not a kernel
   Thread& t = *t_block->current;
   const int me = t.linear;
-  if (s.interval != t_interval) s = SharedShadow{t_interval, -1, -1, -1};
+  if (kind != SharedAccessKind::kWrite && s.written_in != t_block_serial) {
+    BlockFault(t, std::string("shared ") + array + "[" + std::to_string(index) + "]: it " +
+                      AccessName(kind) + " an element no thread of this block has written");
+    return;
+  }
+  if (s.interval != t_interval) s = SharedShadow{t_interval, -1, -1, -1, s.written_in};
   int other = -1;
   const char* did = "";
   if ((other = Other(s.writer, me)) != -1) {
@@ -350,6 +356,7 @@ void SharedAccess(SharedShadow& s, SharedAccessKind kind, const char* array, siz
                   : kind == SharedAccessKind::kWrite ? s.writer
                                                      : s.atomic;
   slot = slot == -1 || slot == me ? me : -2;
+  if (kind != SharedAccessKind::kRead) s.written_in = t_block_serial;
 }
 
 void SharedIndexFault(const char* array, long long index, size_t count) {
@@ -413,6 +420,7 @@ void ExecuteKernel(const char* kernel, dim3 grid, dim3 block, const std::functio
           threads[i].idx = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
         }
         ++t_interval;
+        ++t_block_serial;
         RunBlock(b, threads, body);
       }
     }

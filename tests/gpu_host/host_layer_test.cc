@@ -86,6 +86,8 @@ __global__ void SharedDoneRight(int* out) {
 
 __global__ void SharedRotateWithoutBarrier(int* out) {
   TS_SHARED_ARRAY(int, buf, 64);
+  buf[threadIdx.x] = 0;
+  __syncthreads();
   buf[threadIdx.x] = static_cast<int>(threadIdx.x);
   // (the __syncthreads() that belongs here is missing)
   out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
@@ -98,6 +100,14 @@ __global__ void SharedCounterWithoutAtomics(int* out) {
   count = count + 1;  // every thread: a read-modify-write race
   __syncthreads();
   out[threadIdx.x] = count;
+}
+
+// Block 1 reads what block 0 left in shared memory (it happens to stay on this layer).
+__global__ void SharedReadBeforeWrite(int* out) {
+  TS_SHARED_ARRAY(int, carry, 1);
+  if (blockIdx.x == 0 && threadIdx.x == 0) carry[0] = 7;
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = carry[0];
 }
 
 __global__ void SharedIndexPastTheEnd(int* out) {
@@ -396,7 +406,7 @@ TEST_F(HostLayerTest, SharedMemoryWithBarriersAndAtomicsIsNoRace) {
   cudaFree(d);
 }
 
-TEST_F(HostLayerTest, SharedMemoryRacesAndBadIndicesAreFaults) {
+TEST_F(HostLayerTest, SharedMemoryRacesBadIndicesAndUndefinedReadsAreFaults) {
   int* d = DeviceAlloc<int>(64);
   TS_LAUNCH(SharedRotateWithoutBarrier, 1, 64, 0, nullptr, d);
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
@@ -408,6 +418,12 @@ TEST_F(HostLayerTest, SharedMemoryRacesAndBadIndicesAreFaults) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
   EXPECT_THAT(OneFault(), HasSubstr("thread (1,0,0): shared-memory race on count[0]: it reads what "
                                     "thread (0,0,0) wrote since the last __syncthreads"));
+
+  TS_LAUNCH(SharedReadBeforeWrite, 2, 32, 0, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_THAT(OneFault(), HasSubstr("kernel SharedReadBeforeWrite, block (1,0,0), thread (0,0,0): "
+                                    "shared carry[0]: it reads an element no thread of this block "
+                                    "has written"));
 
   TS_LAUNCH(SharedIndexPastTheEnd, 1, 33, 0, nullptr, d);
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);

@@ -3,7 +3,9 @@
 // the current barrier interval of the running block, which thread wrote it (not atomically),
 // which read it and which updated it atomically; two threads touching it in one interval with at
 // least one plain write, or a plain access beside another thread's atomic, is a race fault naming
-// the kernel, block, array, element and both threads. An index outside the array is a fault too.
+// the kernel, block, array, element and both threads. An index outside the array, and a read (or
+// atomic update) of an element no thread of the block has written yet (shared memory starts
+// undefined in every block), are faults too.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,7 @@ struct SharedShadow {
   int32_t writer = -1;    // a thread, -1 none, -2 several
   int32_t reader = -1;
   int32_t atomic = -1;
+  uint64_t written_in = 0;  // the last block (serial number) that wrote it
 };
 
 enum class SharedAccessKind { kRead, kWrite, kAtomic };
