@@ -96,6 +96,11 @@ thread_local Block* t_block = nullptr;
 // (shared-memory shadows from older intervals are clean).
 thread_local uint64_t t_interval = 0;
 thread_local uint64_t t_block_serial = 0;  // a new one for each block run
+// The running launch's dynamic shared memory: its bytes and one shadow per byte (a T view uses
+// the first bytes / sizeof(T)). Grown, never shrunk; stale shadows are from older blocks.
+thread_local std::vector<unsigned char> t_dynamic;
+thread_local std::vector<SharedShadow> t_dynamic_shadow;
+thread_local size_t t_dynamic_bytes = 0;
 thread_local uint3 t_block_idx{};
 thread_local dim3 t_block_dim, t_grid_dim;
 
@@ -401,7 +406,18 @@ uint64_t WarpOp(WarpKind kind, const char* what, unsigned mask, uint64_t value, 
   return t->result;
 }
 
-void ExecuteKernel(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body) {
+void DynamicSharedMemory(void** data, SharedShadow** shadow, size_t* bytes) {
+  *data = t_dynamic.data();
+  *shadow = t_dynamic_shadow.data();
+  *bytes = t_dynamic_bytes;
+}
+
+void ExecuteKernel(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                   const std::function<void()>& body) {
+  // 16 bytes more, so that the view of a 0-byte launch still has a valid address.
+  if (t_dynamic.size() < shared_bytes + 16) t_dynamic.resize(shared_bytes + 16);
+  if (t_dynamic_shadow.size() < shared_bytes + 16) t_dynamic_shadow.resize(shared_bytes + 16);
+  t_dynamic_bytes = shared_bytes;
   Block b;
   b.kernel = kernel;
   Block* outer = t_block;

@@ -82,6 +82,15 @@ __global__ void SharedDoneRight(int* out) {
   if (threadIdx.x < 4) out[64 + threadIdx.x] = static_cast<int>(hist[threadIdx.x]);
 }
 
+// Reverses each block's slice through dynamic shared memory (blockDim ints of it).
+__global__ void ReverseThroughDynamicShared(const int* x, int* out) {
+  TS_SHARED_DYNAMIC(int, smem);
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  smem[threadIdx.x] = x[i];
+  __syncthreads();
+  out[i] = smem[blockDim.x - 1 - threadIdx.x];
+}
+
 // ---- kernels that are wrong ------------------------------------------------------------------
 
 __global__ void SharedRotateWithoutBarrier(int* out) {
@@ -429,6 +438,27 @@ TEST_F(HostLayerTest, SharedMemoryRacesBadIndicesAndUndefinedReadsAreFaults) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
   EXPECT_THAT(OneFault(), HasSubstr("thread (32,0,0): shared array buf[32] indexed at 32"));
   cudaFree(d);
+}
+
+TEST_F(HostLayerTest, DynamicSharedMemoryHoldsTheLaunchsBytes) {
+  std::vector<int> h(96);
+  for (int i = 0; i < 96; ++i) h[i] = i * 3;
+  int *x = DeviceAlloc<int>(96), *out = DeviceAlloc<int>(96);
+  cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+  TS_LAUNCH(ReverseThroughDynamicShared, 3, 32, 32 * sizeof(int), nullptr, x, out);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> got(96);
+  cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost);
+  for (int b = 0; b < 3; ++b) {
+    for (int t = 0; t < 32; ++t) EXPECT_EQ(got[b * 32 + t], h[b * 32 + 31 - t]);
+  }
+  // Two ints short: the last two threads index past the launch's bytes.
+  TS_LAUNCH(ReverseThroughDynamicShared, 3, 32, 30 * sizeof(int), nullptr, x, out);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_THAT(OneFault(), HasSubstr("kernel ReverseThroughDynamicShared, block (0,0,0), thread "
+                                    "(30,0,0): shared array smem[30] indexed at 30"));
+  cudaFree(x);
+  cudaFree(out);
 }
 
 TEST_F(HostLayerTest, GraphsReplayTheirLaunchesAndCopiesOnNewInputs) {

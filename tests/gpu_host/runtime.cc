@@ -226,15 +226,16 @@ void LaunchOnHost(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes
   }
   if (S().sticky != cudaSuccess) return;
   const std::string name = kernel;
-  const cudaError_t e = Enqueue(stream, kernel, [name, grid, block, body = std::move(body)] {
-    State& s = S();
-    if (s.sticky != cudaSuccess) return s.sticky;
-    s.last_kernel = name;
-    ++s.kernels_run;
-    ExecuteKernel(name.c_str(), grid, block, body);
-    if (s.sticky == cudaSuccess) CheckAllGuards("after kernel " + name);
-    return s.sticky;
-  });
+  const cudaError_t e =
+      Enqueue(stream, kernel, [name, grid, block, shared_bytes, body = std::move(body)] {
+        State& s = S();
+        if (s.sticky != cudaSuccess) return s.sticky;
+        s.last_kernel = name;
+        ++s.kernels_run;
+        ExecuteKernel(name.c_str(), grid, block, shared_bytes, body);
+        if (s.sticky == cudaSuccess) CheckAllGuards("after kernel " + name);
+        return s.sticky;
+      });
   if (e != cudaSuccess) Fail(e);
 }
 

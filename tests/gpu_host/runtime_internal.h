@@ -13,7 +13,8 @@ namespace tinyserve::gpu_host {
 void RecordFault(const std::string& message);
 
 // Runs a kernel's grid now (executor.cc).
-void ExecuteKernel(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body);
+void ExecuteKernel(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                   const std::function<void()>& body);
 
 // Runs `op` now, or records it when `stream` is capturing. `name` names it in messages.
 cudaError_t Enqueue(cudaStream_t stream, const char* name, std::function<cudaError_t()> op);

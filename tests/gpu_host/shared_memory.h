@@ -33,8 +33,9 @@ class SharedPtr;
 template <typename T>
 class SharedRef {
  public:
-  SharedRef(T* p, SharedShadow* s, const char* name, size_t index)
-      : p_(p), s_(s), name_(name), index_(index) {}
+  // `left`: the elements from this one to the end of its array.
+  SharedRef(T* p, SharedShadow* s, const char* name, size_t index, size_t left = 1)
+      : p_(p), s_(s), name_(name), index_(index), left_(left) {}
   operator T() const {  // NOLINT: reads as the element
     SharedAccess(*s_, SharedAccessKind::kRead, name_, index_);
     return *p_;
@@ -48,7 +49,7 @@ class SharedRef {
   const SharedRef& operator+=(const T& v) const { return *this = static_cast<T>(*this) + v; }
   const SharedRef& operator-=(const T& v) const { return *this = static_cast<T>(*this) - v; }
   const SharedRef& operator*=(const T& v) const { return *this = static_cast<T>(*this) * v; }
-  SharedPtr<T> operator&() const { return SharedPtr<T>(p_, s_, name_, index_); }
+  SharedPtr<T> operator&() const { return SharedPtr<T>(p_, s_, name_, index_, left_); }
   // An atomic read-modify-write (the atomics of cuda_runtime.h).
   T* AtomicTarget() const {
     SharedAccess(*s_, SharedAccessKind::kAtomic, name_, index_);
@@ -59,27 +60,36 @@ class SharedRef {
   T* p_;
   SharedShadow* s_;
   const char* name_;
-  size_t index_;
+  size_t index_, left_;
 };
 
+// A pointer into a shared array: `count` elements from here to the array's end.
 template <typename T>
 class SharedPtr {
  public:
-  SharedPtr(T* p, SharedShadow* s, const char* name, size_t index)
-      : p_(p), s_(s), name_(name), index_(index) {}
+  SharedPtr(T* p, SharedShadow* s, const char* name, size_t index, size_t count)
+      : p_(p), s_(s), name_(name), index_(index), count_(count) {}
   SharedRef<T> operator[](ptrdiff_t i) const {
-    return SharedRef<T>(p_ + i, s_ + i, name_, index_ + static_cast<size_t>(i));
+    if (i < 0 || i >= static_cast<ptrdiff_t>(count_)) {
+      SharedIndexFault(name_, static_cast<long long>(index_) + i, index_ + count_);
+      return SharedRef<T>(&spill_, &spill_shadow_, name_, 0);
+    }
+    return SharedRef<T>(p_ + i, s_ + i, name_, index_ + static_cast<size_t>(i),
+                        count_ - static_cast<size_t>(i));
   }
   SharedRef<T> operator*() const { return (*this)[0]; }
   SharedPtr operator+(ptrdiff_t i) const {
-    return SharedPtr(p_ + i, s_ + i, name_, index_ + static_cast<size_t>(i));
+    return SharedPtr(p_ + i, s_ + i, name_, index_ + static_cast<size_t>(i),
+                     count_ - static_cast<size_t>(i));
   }
 
  private:
   T* p_;
   SharedShadow* s_;
   const char* name_;
-  size_t index_;
+  size_t index_, count_;
+  static inline thread_local T spill_{};
+  static inline thread_local SharedShadow spill_shadow_;
 };
 
 template <typename T, size_t N>
@@ -95,9 +105,10 @@ class SharedArray {
       SharedIndexFault(name_, at, N);
       return SharedRef<T>(&spill_, &spill_shadow_, name_, 0);
     }
-    return SharedRef<T>(data_ + at, shadow_ + at, name_, static_cast<size_t>(at));
+    return SharedRef<T>(data_ + at, shadow_ + at, name_, static_cast<size_t>(at),
+                        N - static_cast<size_t>(at));
   }
-  operator SharedPtr<T>() { return SharedPtr<T>(data_, shadow_, name_, 0); }  // NOLINT: decays
+  operator SharedPtr<T>() { return SharedPtr<T>(data_, shadow_, name_, 0, N); }  // NOLINT: decays
 
  private:
   const char* name_;
@@ -124,5 +135,17 @@ class SharedVar {
   T value_{};
   SharedShadow shadow_;
 };
+
+// The dynamic shared memory of the running block (the launch's shared_bytes), viewed as T; one
+// view per kernel (executor.cc).
+void DynamicSharedMemory(void** data, SharedShadow** shadow, size_t* bytes);
+template <typename T>
+SharedPtr<T> DynamicShared(const char* name) {
+  void* data = nullptr;
+  SharedShadow* shadow = nullptr;
+  size_t bytes = 0;
+  DynamicSharedMemory(&data, &shadow, &bytes);
+  return SharedPtr<T>(static_cast<T*>(data), shadow, name, 0, bytes / sizeof(T));
+}
 
 }  // namespace tinyserve::gpu_host
