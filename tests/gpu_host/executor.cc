@@ -278,7 +278,12 @@ void RunBlock(Block& b, std::vector<Thread>& threads, const std::function<void()
       progress = ResolveWarp(threads, i / 32, i % 32) || progress;
     }
     if (b.faulted || progress) continue;
-    if (any_warp) break;  // unreachable: an unresolved warp operation faults
+    if (any_warp) {  // unreachable: an unresolved warp operation faults in ResolveWarp
+      for (const Thread& t : threads) {
+        if (t.state == State::kWarp) BlockFault(t, std::string(t.what) + " never completed");
+      }
+      break;
+    }
     // Every live thread waits at the barrier: it must be every thread.
     const Thread* waiting = nullptr;
     for (const Thread& t : threads) {
