@@ -55,6 +55,14 @@ for d in third_party/googletest third_party/nlohmann/include/nlohmann; do
   fi
 done
 
+# The model tests read stories260K and its golden outputs: fail now, not in the tests.
+for f in models/stories260K.bin golden/stories260K_greedy.json; do
+  if [[ ! -f "$SHARED_DIR/$f" ]]; then
+    echo "missing $SHARED_DIR/$f: set SHARED_DIR or carry the shared data (./shared)" >&2
+    exit 1
+  fi
+done
+
 start=$(date +%s)
 echo "== configure ($BUILD_DIR, CUDA archs $CUDA_ARCHS)"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTINYSERVE_GPU_CHECK=ON -DTINYSERVE_CUDA=ON \

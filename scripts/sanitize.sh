@@ -41,7 +41,8 @@ for run in "${runs[@]}"; do
       configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=all \
         -Wthread-safety -Werror=thread-safety"
       cmake --build build-asan -j"$JOBS" --target test_engine test_kernels test_models \
-        test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay
+        test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay \
+        test_gpu_host
       ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
       UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|soak_60s|OpenAiStormTest\..*|.*_NOT_BUILT)$'

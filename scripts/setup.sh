@@ -14,6 +14,7 @@ PACKAGES=(
   prometheus
   chromium  # tests/bench: renders the benchmark report headless
   libcli11-dev
+  libboost-context-dev  # tests/gpu_host: one fiber per CUDA thread
   clang-format
   clang clang-14 libclang-rt-14-dev llvm llvm-14  # sanitizer builds, libFuzzer, llvm-symbolizer
 )

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -39,7 +40,7 @@ __global__ void EmbeddingKernel(const T* table, const int32_t* ids, int32_t dim,
 template <bool kAdd>
 __global__ void RmsNormKernel(const float* x, float* residual, const float* delta,
                               const float* weight, int32_t dim, float eps, float* out) {
-  __shared__ float red[32];
+  TS_SHARED_ARRAY(float, red, 32);
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) {
@@ -135,10 +136,11 @@ cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, in
                             int32_t dim, float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (bf16) {
-    EmbeddingKernel<<<n, kRowThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), ids,
-                                                   dim, out);
+    TS_LAUNCH(EmbeddingKernel, n, kRowThreads, 0, stream, static_cast<const __nv_bfloat16*>(table),
+              ids, dim, out);
   } else {
-    EmbeddingKernel<<<n, kRowThreads, 0, stream>>>(static_cast<const float*>(table), ids, dim, out);
+    TS_LAUNCH(EmbeddingKernel, n, kRowThreads, 0, stream, static_cast<const float*>(table), ids,
+              dim, out);
   }
   return cudaGetLastError();
 }
@@ -147,10 +149,11 @@ cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, c
                           int32_t n, int32_t dim, float eps, float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (residual != nullptr) {
-    RmsNormKernel<true>
-        <<<n, kRowThreads, 0, stream>>>(nullptr, residual, delta, weight, dim, eps, out);
+    TS_LAUNCH(RmsNormKernel<true>, n, kRowThreads, 0, stream, nullptr, residual, delta, weight, dim,
+              eps, out);
   } else {
-    RmsNormKernel<false><<<n, kRowThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out);
+    TS_LAUNCH(RmsNormKernel<false>, n, kRowThreads, 0, stream, x, nullptr, nullptr, weight, dim,
+              eps, out);
   }
   return cudaGetLastError();
 }
@@ -159,8 +162,8 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                        const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
                        int32_t head_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  RopeKernel<<<n, 128, 0, stream>>>(q, q_stride, k, k_stride, positions, num_heads, num_kv_heads,
-                                    head_dim, inv_freq, neox);
+  TS_LAUNCH(RopeKernel, n, 128, 0, stream, q, q_stride, k, k_stride, positions, num_heads,
+            num_kv_heads, head_dim, inv_freq, neox);
   return cudaGetLastError();
 }
 
@@ -168,8 +171,8 @@ cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, c
                                int32_t n, int32_t kv_width, float* k_cache, float* v_cache,
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  WriteKvCacheKernel<<<n, kRowThreads, 0, stream>>>(k, v, stride, slots, kv_width, k_cache,
-                                                    v_cache);
+  TS_LAUNCH(WriteKvCacheKernel, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width, k_cache,
+            v_cache);
   return cudaGetLastError();
 }
 
@@ -177,28 +180,28 @@ cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, fl
                              cudaStream_t stream) {
   const size_t count = static_cast<size_t>(n) * hidden;
   if (count == 0) return cudaSuccess;
-  SiluAndMulKernel<<<GridFor(count, 256), 256, 0, stream>>>(gate_up, n, hidden, out);
+  TS_LAUNCH(SiluAndMulKernel, GridFor(count, 256), 256, 0, stream, gate_up, n, hidden, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                              float* out, cudaStream_t stream) {
   if (m <= 0) return cudaSuccess;
-  GatherRowsKernel<<<m, kRowThreads, 0, stream>>>(x, rows, dim, out);
+  TS_LAUNCH(GatherRowsKernel, m, kRowThreads, 0, stream, x, rows, dim, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAddBias(float* y, const float* bias, int32_t m, int32_t n, cudaStream_t stream) {
   const size_t count = static_cast<size_t>(m) * n;
   if (count == 0) return cudaSuccess;
-  AddBiasKernel<<<GridFor(count, 256), 256, 0, stream>>>(y, bias, m, n);
+  TS_LAUNCH(AddBiasKernel, GridFor(count, 256), 256, 0, stream, y, bias, m, n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchFloatToBf16(const float* src, size_t count, void* dst, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  FloatToBf16Kernel<<<GridFor(count, 256), 256, 0, stream>>>(src, count,
-                                                             static_cast<__nv_bfloat16*>(dst));
+  TS_LAUNCH(FloatToBf16Kernel, GridFor(count, 256), 256, 0, stream, src, count,
+            static_cast<__nv_bfloat16*>(dst));
   return cudaGetLastError();
 }
 

@@ -26,7 +26,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/shared.cuh"
 
 namespace tinyserve::cuda {
 namespace {
@@ -58,8 +60,9 @@ template <typename T, typename W>
 __global__ void __launch_bounds__(T::kThreads)
     InvariantGemmKernel(const float* __restrict__ x, const W* __restrict__ w, int32_t m, int32_t n,
                         int32_t k, float* __restrict__ y) {
-  __shared__ float xs[T::kBk][T::kBm + 1];
-  __shared__ float ws[T::kBk][T::kBn + 1];
+  // xs [kBk][kBm + 1], ws [kBk][kBn + 1] (a padding column against bank conflicts), flattened.
+  TS_SHARED_ARRAY(float, xs, T::kBk*(T::kBm + 1));
+  TS_SHARED_ARRAY(float, ws, T::kBk*(T::kBn + 1));
   const int tid = threadIdx.x;
   const int tx = tid % T::kThreadsX, ty = tid / T::kThreadsX;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * T::kBm;
@@ -86,12 +89,12 @@ __global__ void __launch_bounds__(T::kThreads)
 #pragma unroll
     for (int i = 0; i < T::kXPerThread; ++i) {
       const int idx = tid + i * T::kThreads;
-      xs[idx % T::kBk][idx / T::kBk] = xr[i];
+      xs[(idx % T::kBk) * (T::kBm + 1) + idx / T::kBk] = xr[i];
     }
 #pragma unroll
     for (int i = 0; i < T::kWPerThread; ++i) {
       const int idx = tid + i * T::kThreads;
-      ws[idx % T::kBk][idx / T::kBk] = wr[i];
+      ws[(idx % T::kBk) * (T::kBn + 1) + idx / T::kBk] = wr[i];
     }
   };
 
@@ -105,9 +108,9 @@ __global__ void __launch_bounds__(T::kThreads)
   auto step = [&](int p) {
     float a[T::kTm], b[T::kTn];
 #pragma unroll
-    for (int r = 0; r < T::kTm; ++r) a[r] = xs[p][ty + r * T::kThreadsY];
+    for (int r = 0; r < T::kTm; ++r) a[r] = xs[p * (T::kBm + 1) + ty + r * T::kThreadsY];
 #pragma unroll
-    for (int c = 0; c < T::kTn; ++c) b[c] = ws[p][tx + c * T::kThreadsX];
+    for (int c = 0; c < T::kTn; ++c) b[c] = ws[p * (T::kBn + 1) + tx + c * T::kThreadsX];
 #pragma unroll
     for (int r = 0; r < T::kTm; ++r) {
 #pragma unroll
@@ -152,7 +155,9 @@ cudaError_t Launch(const float* x, const W* w, int32_t m, int32_t n, int32_t k, 
                    cudaStream_t stream) {
   const dim3 grid((n + T::kBn - 1) / T::kBn, (m + T::kBm - 1) / T::kBm);
   if (grid.y > 65535) return cudaErrorInvalidValue;
-  InvariantGemmKernel<T, W><<<grid, T::kThreads, 0, stream>>>(x, w, m, n, k, y);
+  // No comma inside TS_LAUNCH's arguments; the host layer's launch reads it without odr-use.
+  [[maybe_unused]] constexpr auto kernel = &InvariantGemmKernel<T, W>;
+  TS_LAUNCH(kernel, grid, T::kThreads, 0, stream, x, w, m, n, k, y);
   return cudaGetLastError();
 }
 

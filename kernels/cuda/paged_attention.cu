@@ -23,6 +23,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -64,11 +65,10 @@ struct SplitResult {
 // query in shared memory; table the row's block table; scores [kChunk], partial [kThreads] and
 // red [32] shared scratch. Returns, on thread i < head_dim, dimension i's output (other threads:
 // o = 0), and on every thread m and l. Contains barriers: every thread of the block calls it.
-__device__ __noinline__ SplitResult AttendSplit(const float* k_cache, const float* v_cache,
-                                                const float* sq, const int32_t* table, int32_t bs,
-                                                int32_t hd, int64_t kv_offset, int64_t kv_width,
-                                                int32_t start, int32_t end, float* scores,
-                                                float* partial, float* red) {
+__device__ __noinline__ SplitResult AttendSplit(
+    const float* k_cache, const float* v_cache, TS_SHARED_PTR(float) sq, const int32_t* table,
+    int32_t bs, int32_t hd, int64_t kv_offset, int64_t kv_width, int32_t start, int32_t end,
+    TS_SHARED_PTR(float) scores, TS_SHARED_PTR(float) partial, TS_SHARED_PTR(float) red) {
   const int tid = threadIdx.x;
   const int lane = tid % 32, warp = tid / 32, num_warps = kThreads / 32;
   const float denom = sqrtf(static_cast<float>(hd));
@@ -137,11 +137,11 @@ __device__ __noinline__ SplitResult FoldSplit(SplitResult a, SplitResult b) {
 // writes it to scratch: out [tokens, heads, grid_splits, head_dim] | max, sum [tokens, heads,
 // grid_splits].
 __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, float* scratch) {
-  __shared__ float sq[kMaxAttentionHeadDim];
-  __shared__ float scores[kChunk];
-  __shared__ float partial[kThreads];
-  __shared__ float red[32];
-  __shared__ int32_t seq_shared;
+  TS_SHARED_ARRAY(float, sq, kMaxAttentionHeadDim);
+  TS_SHARED_ARRAY(float, scores, kChunk);
+  TS_SHARED_ARRAY(float, partial, kThreads);
+  TS_SHARED_ARRAY(float, red, 32);
+  TS_SHARED_VAR(int32_t, seq_shared);
 
   const int32_t h = blockIdx.x, t = blockIdx.y, z = blockIdx.z;
   const int32_t hd = a.head_dim;
@@ -230,11 +230,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     return cudaErrorInvalidValue;
   }
   const dim3 grid(a.num_heads, a.num_tokens, num_splits);
-  PagedAttentionKernel<<<grid, kThreads, 0, stream>>>(a, num_splits, scratch);
+  TS_LAUNCH(PagedAttentionKernel, grid, kThreads, 0, stream, a, num_splits, scratch);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || num_splits == 1) return err;
-  MergeSplitsKernel<<<dim3(a.num_heads, a.num_tokens), a.head_dim, 0, stream>>>(a, num_splits,
-                                                                                scratch);
+  TS_LAUNCH(MergeSplitsKernel, dim3(a.num_heads, a.num_tokens), a.head_dim, 0, stream, a,
+            num_splits, scratch);
   return cudaGetLastError();
 }
 

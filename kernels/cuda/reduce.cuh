@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/shared.cuh"
+
 namespace tinyserve::cuda {
 
 __device__ __forceinline__ float WarpSum(float v) {
@@ -15,10 +17,10 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-// Returns the sum (kMax: the maximum) of v over the block, on every thread. `red` is __shared__
+// Returns the sum (kMax: the maximum) of v over the block, on every thread. `red` is a shared
 // float[32]. Contains __syncthreads: every thread of the block must call it.
 template <bool kMax>
-__device__ float BlockReduce(float v, float* red) {
+__device__ float BlockReduce(float v, TS_SHARED_PTR(float) red) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int num_warps = blockDim.x / 32;
   v = kMax ? WarpMax(v) : WarpSum(v);
@@ -34,9 +36,11 @@ __device__ float BlockReduce(float v, float* red) {
   return red[0];
 }
 
-__device__ __forceinline__ float BlockSum(float v, float* red) {
+__device__ __forceinline__ float BlockSum(float v, TS_SHARED_PTR(float) red) {
   return BlockReduce<false>(v, red);
 }
-__device__ __forceinline__ float BlockMax(float v, float* red) { return BlockReduce<true>(v, red); }
+__device__ __forceinline__ float BlockMax(float v, TS_SHARED_PTR(float) red) {
+  return BlockReduce<true>(v, red);
+}
 
 }  // namespace tinyserve::cuda

@@ -9,6 +9,8 @@
 #include <climits>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/shared.cuh"
 #include "kernels/gpu_sampler.h"
 
 namespace tinyserve {
@@ -62,7 +64,7 @@ __device__ float KeyFloat(uint32_t k) {
 }
 
 // ---- block reductions (kThreads threads) -------------------------------------------------------
-__device__ double BlockSumD(double v, double* sh) {
+__device__ double BlockSumD(double v, TS_SHARED_PTR(double) sh) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
   if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
@@ -76,7 +78,7 @@ __device__ double BlockSumD(double v, double* sh) {
   return sh[0];
 }
 
-__device__ int BlockMaxI(int v, int* sh) {
+__device__ int BlockMaxI(int v, TS_SHARED_PTR(int) sh) {
   for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
   __syncthreads();
   if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
@@ -98,7 +100,7 @@ __device__ void Better(float& v, int& i, float ov, int oi) {
   }
 }
 
-__device__ int BlockArgMax(float v, int i, float* shv, int* shi) {
+__device__ int BlockArgMax(float v, int i, TS_SHARED_PTR(float) shv, TS_SHARED_PTR(int) shi) {
   for (int o = 16; o > 0; o >>= 1) {
     Better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
   }
@@ -123,13 +125,13 @@ __device__ int BlockArgMax(float v, int i, float* shv, int* shi) {
 // ---- the kernel -------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kThreads)
     SampleKernel(const float* logits, int32_t V, const GpuSamplingRow* rows, RowOut* outs) {
-  __shared__ double shd[32];
-  __shared__ float shf[32];
-  __shared__ int shi[32];
-  __shared__ unsigned int hist[256];
-  __shared__ unsigned long long whist[256];  // weights in units of 1 / kWeightScale
-  __shared__ double chunk[kThreads];
-  __shared__ int sh_int[2];
+  TS_SHARED_ARRAY(double, shd, 32);
+  TS_SHARED_ARRAY(float, shf, 32);
+  TS_SHARED_ARRAY(int, shi, 32);
+  TS_SHARED_ARRAY(unsigned int, hist, 256);
+  TS_SHARED_ARRAY(unsigned long long, whist, 256);  // weights in units of 1 / kWeightScale
+  TS_SHARED_ARRAY(double, chunk, kThreads);
+  TS_SHARED_ARRAY(int, sh_int, 2);
 
   const float* l = logits + static_cast<size_t>(blockIdx.x) * V;
   const GpuSamplingRow p = rows[blockIdx.x];
@@ -410,7 +412,7 @@ class CudaGpuSampler final : public GpuSampler {
     host_out_.resize(n);
     cudaMemcpyAsync(d_rows_, rows.data(), sizeof(GpuSamplingRow) * n, cudaMemcpyHostToDevice,
                     stream_);
-    SampleKernel<<<n, kThreads, 0, stream_>>>(logits, vocab_, d_rows_, d_out_);
+    TS_LAUNCH(SampleKernel, n, kThreads, 0, stream_, logits, vocab_, d_rows_, d_out_);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
       e = cudaMemcpyAsync(host_out_.data(), d_out_, sizeof(RowOut) * n, cudaMemcpyDeviceToHost,

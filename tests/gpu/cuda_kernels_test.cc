@@ -271,9 +271,16 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{
             "DecodePast4096Bs8Gqa2", 8, 8, 4, 128, {{4500, 1}, {17, 1}, {97, 1}, {4096, 1}}},
         AttentionCase{"MixedBs1Gqa4", 1, 8, 2, 64, {{5, 1}, {0, 17}, {40, 3}}},
-        AttentionCase{"DecodeBatch64Gqa4", 16, 32, 8, 128, DecodeBatch(64, 600, 7)},
+        // On the host layer: 8 heads instead of 32, and the long chunk has 17 tokens, 2 heads.
+        AttentionCase{"DecodeBatch64Gqa4", 16, kOnHostLayer ? 8 : 32, kOnHostLayer ? 2 : 8, 128,
+                      DecodeBatch(64, 600, 7)},
         AttentionCase{"LongSingleDecodeHd80", 16, 4, 1, 80, {{5000, 1}}},
-        AttentionCase{"LongPrefillChunkBs8", 8, 4, 2, 64, {{4200, 54}}},
+        AttentionCase{"LongPrefillChunkBs8",
+                      8,
+                      kOnHostLayer ? 2 : 4,
+                      kOnHostLayer ? 1 : 2,
+                      64,
+                      {{4200, kOnHostLayer ? 17 : 54}}},
         AttentionCase{"TinyHd8", 8, 2, 2, 8, {{0, 1}, {9, 1}}}),
     [](const ::testing::TestParamInfo<AttentionCase>& param_info) {
       return param_info.param.name;

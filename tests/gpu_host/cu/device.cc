@@ -1,0 +1,2 @@
+// kernels/cuda/device.cu compiled as host C++ against the host execution layer (tests/gpu_host).
+#include "kernels/cuda/device.cu"

@@ -1,0 +1,2 @@
+// kernels/cuda/sampling.cu compiled as host C++ against the host execution layer (tests/gpu_host).
+#include "kernels/cuda/sampling.cu"
