@@ -17,6 +17,10 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& /
   return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
 }
 
+StatusOr<double> MeasureCublasBf16GemmFlops(int32_t /*n*/) {
+  return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
+}
+
 StatusOr<std::unique_ptr<GpuSampler>> GpuSampler::Create(int32_t /*vocab_size*/,
                                                          int32_t /*max_rows*/) {
   return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");

@@ -34,6 +34,12 @@ struct CudaBackendOptions {
   bool batch_invariant = false;
 };
 
+// Benchmarks: the dense bf16 x bf16 -> fp32 (fp32 accumulate) cuBLAS GemmEx rate on device 0 at
+// m = n = k = `n`, on random inputs, in FLOP/s (best of 5 runs of 10 calls). cuBLAS is loaded as
+// the backend loads it (dlopen), so a benchmark binary needs no cuBLAS at link time. Every CUDA and
+// cuBLAS return is checked; an error is returned, never a made-up rate.
+StatusOr<double> MeasureCublasBf16GemmFlops(int32_t n);
+
 // The CUDA backend (kernels/cuda/cuda_backend.cu) on one device, with its own stream and cuBLAS
 // handle; or why it cannot be had (no device, built without CUDA, a CUDA error).
 StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);

@@ -9,12 +9,16 @@
 // 3. One decode step of a Llama-3.2-1B-shaped model with random bf16 weights (hidden 2048, 16
 //    layers, 32/8 heads, intermediate 8192, vocab 128256) at batch 1 and 64 with 1024-token
 //    contexts, eager and with CUDA graphs, against the floor (weight + KV bytes / copy bandwidth).
-//    The step includes copying the logits to the host, as the engine does. Each mode with cuBLAS
-//    and with the batch-invariant GEMM (--batch-invariant).
+//    Each sequence is a registered greedy request and the executor samples it
+//    (ModelRunner::Execute, as under the engine; the CUDA backend still samples on a host copy of
+//    the sampled rows). Each mode with cuBLAS and with the batch-invariant GEMM
+//    (--batch-invariant).
 // 4. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 64, 2048}: cuBLAS
 //    against the batch-invariant GEMM, as TFLOP/s and weight GB/s (% of the copy bandwidth).
-// Prints one table; exits 1 if there is no CUDA device.
-#include <cublas_v2.h>
+// Inputs are random (weights, activations, KV cache), never zeros; every CUDA return is checked
+// and a failed measurement reports its error on stderr and shows 0. cuBLAS is not linked: the
+// backend loads it (MeasureCublasBf16GemmFlops for the raw GEMM rate). Prints one table; exits 1 if
+// there is no CUDA device.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -52,54 +56,41 @@ double CopyBandwidth() {
   void *a = nullptr, *b = nullptr;
   if (!Ok(cudaMalloc(&a, bytes), "cudaMalloc") || !Ok(cudaMalloc(&b, bytes), "cudaMalloc"))
     return 0;
-  cudaMemset(a, 1, bytes);
-  cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-  cudaDeviceSynchronize();
   double best = 0;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr);
-    cudaDeviceSynchronize();
-    best = std::max(best, 2.0 * 10 * bytes / Seconds(t0, Clock::now()));
+  if (Ok(cudaMemset(a, 0x5a, bytes), "cudaMemset") &&
+      Ok(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy") &&
+      Ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) {
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = Clock::now();
+      bool ok = true;
+      for (int i = 0; i < 10 && ok; ++i) {
+        ok = Ok(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync");
+      }
+      if (!ok || !Ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) {
+        best = 0;
+        break;
+      }
+      best = std::max(best, 2.0 * 10 * bytes / Seconds(t0, Clock::now()));
+    }
   }
   cudaFree(a);
   cudaFree(b);
   return best;
 }
 
-// bf16 x bf16 -> fp32 (fp32 accumulate) at m = n = k = 8192: FLOP/s, best of 5 runs of 10.
-double Bf16GemmRate() {
-  const int n = 8192;
-  void *a = nullptr, *b = nullptr, *c = nullptr;
-  const size_t e = static_cast<size_t>(n) * n;
-  if (!Ok(cudaMalloc(&a, e * 2), "cudaMalloc") || !Ok(cudaMalloc(&b, e * 2), "cudaMalloc") ||
-      !Ok(cudaMalloc(&c, e * 4), "cudaMalloc")) {
-    return 0;
+// `count` floats uniform in [-scale, scale] on `be`: one random tile, repeated (filling hundreds
+// of MB one draw at a time would take longer than the benchmark).
+DeviceBuffer RandomBuffer(Backend& be, size_t count, float scale, uint32_t seed) {
+  DeviceBuffer d(&be, count * 4);
+  if (!d.ok()) return d;
+  std::vector<float> tile(std::min<size_t>(count, 1 << 20));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (float& x : tile) x = u(rng);
+  for (size_t off = 0; off < count; off += tile.size()) {
+    be.CopyToDevice(d.as<float>() + off, tile.data(), std::min(tile.size(), count - off) * 4);
   }
-  cudaMemset(a, 0, e * 2);
-  cudaMemset(b, 0, e * 2);
-  cublasHandle_t h;
-  cublasCreate(&h);
-  const float alpha = 1, beta = 0;
-  auto gemm = [&] {
-    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
-                        CUDA_R_16BF, n, &beta, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                        CUBLAS_GEMM_DEFAULT);
-  };
-  gemm();
-  cudaDeviceSynchronize();
-  double best = 0;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 10; ++i) gemm();
-    cudaDeviceSynchronize();
-    best = std::max(best, 10 * 2.0 * n * n * static_cast<double>(n) / Seconds(t0, Clock::now()));
-  }
-  cublasDestroy(h);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
-  return best;
+  return d;
 }
 
 // Decode attention, every sequence at `context`: K+V bytes / s (mean of 50 calls).
@@ -108,9 +99,9 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   const int32_t blocks_per_seq = (context + bs - 1) / bs;
   const int32_t num_blocks = batch * blocks_per_seq;
   const size_t kv_width = static_cast<size_t>(kv_heads) * head_dim;
-  DeviceBuffer kc(&be, static_cast<size_t>(num_blocks) * bs * kv_width * 4);
-  DeviceBuffer vc(&be, static_cast<size_t>(num_blocks) * bs * kv_width * 4);
-  DeviceBuffer q(&be, static_cast<size_t>(batch) * heads * head_dim * 4);
+  DeviceBuffer kc = RandomBuffer(be, static_cast<size_t>(num_blocks) * bs * kv_width, 1.0f, 1);
+  DeviceBuffer vc = RandomBuffer(be, static_cast<size_t>(num_blocks) * bs * kv_width, 1.0f, 2);
+  DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(batch) * heads * head_dim, 1.0f, 3);
   DeviceBuffer out(&be, static_cast<size_t>(batch) * heads * head_dim * 4);
   std::vector<int32_t> positions(batch, context - 1), qs(batch + 1), tables(num_blocks);
   for (int32_t i = 0; i <= batch; ++i) qs[i] = i;
@@ -145,9 +136,13 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
 
 // Mean seconds of one bf16-weight Linear y [m, n] = x [m, k] w^T on `be` (20 calls after one).
 double LinearSeconds(Backend& be, int32_t m, int32_t n, int32_t k) {
-  std::vector<float> wh(static_cast<size_t>(n) * k, 0.01f);
+  std::vector<float> wh(static_cast<size_t>(n) * k);
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+  for (float& v : wh) v = u(rng);
   const WeightRef w = be.UploadWeight(wh.data(), wh.size());
-  DeviceBuffer x(&be, static_cast<size_t>(m) * k * 4), y(&be, static_cast<size_t>(m) * n * 4);
+  DeviceBuffer x = RandomBuffer(be, static_cast<size_t>(m) * k, 1.0f, 5);
+  DeviceBuffer y(&be, static_cast<size_t>(m) * n * 4);
   if (w.data == nullptr || !x.ok() || !y.ok()) return 0;
   be.Linear(x.as<float>(), w, m, n, k, y.as<float>());
   if (!be.Synchronize().ok()) return 0;
@@ -211,7 +206,17 @@ double DecodeStep(ModelRunner& runner, int32_t batch, int32_t context, int iters
     std::vector<int32_t> blocks(per_seq);
     for (int32_t i = 0; i < per_seq; ++i) blocks[i] = s * per_seq + i;
     const int64_t slot = static_cast<int64_t>(blocks[context / bs]) * bs + context % bs;
-    b.AddSequence({(s * 7919) % runner.vocab_size()}, {context}, {slot}, context + 1, blocks, true);
+    const int32_t token = (s * 7919) % runner.vocab_size();
+    b.AddSequence({token}, {context}, {slot}, context + 1, blocks, true);
+    // Each sequence a greedy request the executor samples (what crosses the seam: tokens).
+    b.request_keys.push_back(static_cast<uint64_t>(s));
+    b.output_index.push_back(0);
+    SamplingRegistration reg;
+    reg.key = static_cast<uint64_t>(s);
+    reg.params.temperature = 0.0f;
+    reg.token_ids = {token};
+    reg.num_prompt_tokens = 1;
+    b.new_requests.push_back(std::move(reg));
   }
   for (int i = 0; i < 3; ++i) {
     auto out = runner.Execute(b);
@@ -219,12 +224,15 @@ double DecodeStep(ModelRunner& runner, int32_t batch, int32_t context, int iters
       std::fprintf(stderr, "kernels_bench: decode step: %s\n", out.status().ToString().c_str());
       return 0;
     }
+    b.new_requests.clear();  // registered once, as the engine does
   }
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) {
     if (!runner.Execute(b).ok()) return 0;
   }
-  return Seconds(t0, Clock::now()) / iters;
+  const double sec = Seconds(t0, Clock::now()) / iters;
+  runner.Release(b.request_keys);
+  return sec;
 }
 
 int Main(int argc, char** argv) {
@@ -236,7 +244,12 @@ int Main(int argc, char** argv) {
   }
   std::printf("device: %s\n", DescribeCudaDevice(0).c_str());
   const double bw = CopyBandwidth();
-  const double gemm = Bf16GemmRate();
+  StatusOr<double> gemm_rate = MeasureCublasBf16GemmFlops(8192);
+  if (!gemm_rate.ok()) {
+    std::fprintf(stderr, "kernels_bench: bf16 GEMM rate: %s\n",
+                 gemm_rate.status().ToString().c_str());
+  }
+  const double gemm = gemm_rate.ok() ? *gemm_rate : 0.0;
   std::printf("\n%-44s %12s\n", "measure", "value");
   std::printf("%-44s %9.0f GB/s\n", "device copy bandwidth (read+write)", bw / 1e9);
   std::printf("%-44s %9.1f TFLOP/s\n", "bf16 GEMM 8192^3 (fp32 accumulate)", gemm / 1e12);

@@ -16,6 +16,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -405,6 +407,67 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+StatusOr<double> MeasureCublasBf16GemmFlops(int32_t n) {
+  StatusOr<int> count = ProbeCudaDevices();
+  if (!count.ok()) return count.status();
+  StatusOr<const CublasApi*> loaded = LoadCublas();
+  if (!loaded.ok()) return loaded.status();
+  const CublasApi& blas = **loaded;
+  const size_t e = static_cast<size_t>(n) * n;
+  // Random bf16 inputs: one random tile of bf16 bit patterns (|x| < 1), repeated.
+  std::vector<uint16_t> tile(1 << 20);
+  uint32_t state = 12345;
+  for (uint16_t& v : tile) {
+    state = state * 1664525u + 1013904223u;
+    const float x = static_cast<float>(state >> 8) / 16777216.0f - 0.5f;
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    v = static_cast<uint16_t>(bits >> 16);
+  }
+  std::vector<uint16_t> host(e);
+  for (size_t off = 0; off < e; off += tile.size()) {
+    std::memcpy(host.data() + off, tile.data(), std::min(tile.size(), e - off) * 2);
+  }
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  cublasHandle_t h = nullptr;
+  std::string error;
+  auto check = [&](cudaError_t err, const char* what) {
+    if (err != cudaSuccess && error.empty()) error = CudaError(what, err);
+    return error.empty();
+  };
+  double best = 0.0;
+  if (check(cudaMalloc(&a, e * 2), "cudaMalloc") && check(cudaMalloc(&b, e * 2), "cudaMalloc") &&
+      check(cudaMalloc(&c, e * 4), "cudaMalloc") &&
+      check(cudaMemcpy(a, host.data(), e * 2, cudaMemcpyHostToDevice), "cudaMemcpy") &&
+      check(cudaMemcpy(b, host.data(), e * 2, cudaMemcpyHostToDevice), "cudaMemcpy")) {
+    if (blas.create(&h) != CUBLAS_STATUS_SUCCESS) error = "cublasCreate failed";
+    const float alpha = 1.0f, beta = 0.0f;
+    auto gemm = [&] {
+      const cublasStatus_t s = blas.gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a,
+                                            CUDA_R_16BF, n, b, CUDA_R_16BF, n, &beta, c, CUDA_R_32F,
+                                            n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (s != CUBLAS_STATUS_SUCCESS && error.empty()) {
+        error = std::string("cublasGemmEx: ") + blas.status_string(s);
+      }
+    };
+    if (error.empty()) gemm();
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    for (int rep = 0; rep < 5 && error.empty(); ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 10; ++i) gemm();
+      if (!check(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) break;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, 10 * 2.0 * n * n * static_cast<double>(n) / s);
+    }
+  }
+  if (h != nullptr) blas.destroy(h);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  if (!error.empty()) return Internal(error);
+  return best;
+}
 
 StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   StatusOr<int> count = ProbeCudaDevices();
