@@ -3,6 +3,8 @@
 // preempted (and recomputed) again and again; afterwards every block is free.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <random>
 
@@ -110,6 +112,24 @@ class EngineInvariantTest : public ::testing::Test {
     return outputs;
   }
 
+  // Each seeded case alone, in an engine of its own with room to spare (RunEngine seeds request k
+  // with base seed + k; alone, k is 0, so case i gets base + i here too). The first `n` cases, or
+  // all.
+  static std::vector<std::vector<int32_t>> SeededAlone(const std::vector<Case>& cases,
+                                                       const SamplingParams& base,
+                                                       size_t n = SIZE_MAX) {
+    auto runner = MakeRunner(16, 64);
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < std::min(n, cases.size()); ++i) {
+      SamplingParams p = base;
+      p.seed = *base.seed + i;
+      p.max_tokens = cases[i].max_tokens;
+      alone.push_back(RunEngine({cases[i]}, *runner, EngineConfig{}, p, nullptr)[0]);
+    }
+    EXPECT_EQ(runner->num_sampling_states(), 0u);
+    return alone;
+  }
+
   static std::shared_ptr<const LlamaWeights>* weights_;
 };
 
@@ -158,20 +178,7 @@ TEST_F(EngineInvariantTest, SeededSamplingSurvivesPreemptionStorms) {
   SamplingParams sampled;
   sampled.temperature = 0.8f;
   sampled.seed = 1000;
-  // Alone: each request in an engine of its own with room to spare.
-  std::vector<std::vector<int32_t>> alone;
-  {
-    auto runner = MakeRunner(16, 64);
-    EngineConfig config;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      SamplingParams p = sampled;
-      p.seed = *sampled.seed + i;
-      p.max_tokens = cases[i].max_tokens;
-      // RunEngine seeds request k with base seed + k; alone, k is 0.
-      auto out = RunEngine({cases[i]}, *runner, config, p, nullptr);
-      alone.push_back(out[0]);
-    }
-  }
+  const std::vector<std::vector<int32_t>> alone = SeededAlone(cases, sampled);
   for (bool prefix_caching : {true, false}) {
     SCOPED_TRACE(prefix_caching ? "prefix caching on" : "prefix caching off");
     auto runner = MakeRunner(16, 24);
@@ -196,18 +203,7 @@ TEST_F(EngineInvariantTest, PenalizedSeededSamplingSurvivesPreemptionStorms) {
   sampled.repetition_penalty = 1.4f;
   sampled.frequency_penalty = 0.6f;
   sampled.presence_penalty = 0.3f;
-  std::vector<std::vector<int32_t>> alone;
-  {
-    auto runner = MakeRunner(16, 64);
-    EngineConfig config;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      SamplingParams p = sampled;
-      p.seed = *sampled.seed + i;
-      p.max_tokens = cases[i].max_tokens;
-      alone.push_back(RunEngine({cases[i]}, *runner, config, p, nullptr)[0]);
-    }
-    EXPECT_EQ(runner->num_sampling_states(), 0u);
-  }
+  const std::vector<std::vector<int32_t>> alone = SeededAlone(cases, sampled);
   auto runner = MakeRunner(16, 16);
   EngineConfig config;
   config.max_num_seqs = 32;
@@ -221,14 +217,9 @@ TEST_F(EngineInvariantTest, PenalizedSeededSamplingSurvivesPreemptionStorms) {
   plain.repetition_penalty = 1.0f;
   plain.frequency_penalty = 0.0f;
   plain.presence_penalty = 0.0f;
-  auto fresh = MakeRunner(16, 64);
+  const std::vector<std::vector<int32_t>> unpenalized = SeededAlone(cases, plain, 8);
   int differing = 0;
-  for (size_t i = 0; i < 8; ++i) {
-    SamplingParams p = plain;
-    p.seed = *sampled.seed + i;
-    p.max_tokens = cases[i].max_tokens;
-    differing += RunEngine({cases[i]}, *fresh, EngineConfig{}, p, nullptr)[0] != alone[i];
-  }
+  for (size_t i = 0; i < unpenalized.size(); ++i) differing += unpenalized[i] != alone[i];
   EXPECT_GT(differing, 0);
 }
 
