@@ -10,12 +10,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/clock.h"
 #include "bench/serve/dataset.h"
 #include "bench/serve/report_html.h"
 #include "bench/serve/result_json.h"
 #include "bench/serve/runner.h"
 #include "bench/serve/server_metrics.h"
-#include "engine/clock.h"
 
 namespace tinyserve {
 namespace {

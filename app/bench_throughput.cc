@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "models/llama2c.h"
 #include "models/presets.h"

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "engine/engine_core.h"
-#include "engine/status.h"
 #include "models/llama_weights.h"
 #include "models/model_runner.h"
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "models/model_loader.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "app/engine_flags.h"
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "engine/fault_injecting_executor.h"
 #include "metrics/metrics_observer.h"

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "bench/noop_executor.h"
-#include "engine/clock.h"
 #include "engine/engine_core.h"
 #include "engine/model_executor.h"
 #include "metrics/metrics_observer.h"

@@ -3,17 +3,9 @@
 #include <algorithm>
 #include <cassert>
 
+#include "base/hash.h"
+
 namespace tinyserve {
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 uint64_t DefaultBlockHash(uint64_t parent_hash, const int32_t* tokens, int32_t num_tokens) {
   uint64_t h = SplitMix64(parent_hash);

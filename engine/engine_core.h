@@ -36,15 +36,15 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
 #include "base/token_logprobs.h"
-#include "engine/clock.h"
 #include "engine/engine_observer.h"
 #include "engine/model_executor.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
 #include "engine/scheduler.h"
-#include "engine/status.h"
-#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 

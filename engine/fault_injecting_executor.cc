@@ -4,17 +4,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/hash.h"
+
 namespace tinyserve {
-namespace {
-
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 const char* FaultKindName(FaultKind kind) {
   switch (kind) {
@@ -44,7 +36,7 @@ bool FaultInjectingExecutor::ShouldFail(int64_t call) const {
     return true;
   }
   if (config_.rate <= 0.0) return false;
-  const uint64_t bits = Mix64(config_.seed ^ Mix64(static_cast<uint64_t>(call)));
+  const uint64_t bits = SplitMix64(config_.seed ^ SplitMix64(static_cast<uint64_t>(call)));
   const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;  // uniform in [0, 1)
   return u < config_.rate;
 }

@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/status.h"
 #include "base/token_logprobs.h"
 #include "engine/scheduled_batch.h"
-#include "engine/status.h"
 
 namespace tinyserve {
 

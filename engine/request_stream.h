@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "base/token_logprobs.h"
 #include "engine/events.h"
-#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 

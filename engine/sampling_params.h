@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace tinyserve {
 

@@ -24,8 +24,8 @@
 #include <optional>
 #include <vector>
 
+#include "base/status.h"
 #include "engine/sampling_params.h"
-#include "engine/status.h"
 
 namespace tinyserve {
 

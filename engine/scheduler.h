@@ -30,12 +30,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "engine/block_pool.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduled_batch.h"
 #include "engine/scheduler_stats.h"
-#include "engine/status.h"
 
 namespace tinyserve {
 

@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/utf8.h"
 #include "fuzz/fuzz_util.h"
 #include "server/protocol/chat_request.h"
 #include "server/protocol/chat_template.h"
 #include "server/protocol/responses.h"
-#include "server/protocol/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tinyserve;
@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(request.error().http_status == 400);
     FUZZ_CHECK(!request.error().message.empty());
     // The body the server sends (messages may quote invalid UTF-8 from the input).
-    FUZZ_CHECK(protocol::IsValidUtf8(protocol::DumpJson(request.error().ToJson())));
+    FUZZ_CHECK(IsValidUtf8(protocol::DumpJson(request.error().ToJson())));
     return 0;
   }
   FUZZ_CHECK(!request->messages.empty());

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <fstream>
 
+#include "base/utf8.h"
 #include "models/tokenizer/gguf_tokenizer.h"
 #include "models/tokenizer/llama2c_tokenizer.h"
 #include "server/protocol/detokenizer.h"
-#include "server/protocol/utf8.h"
 
 namespace tinyserve::fuzz {
 namespace {
@@ -105,16 +105,16 @@ void ExerciseTokenizer(const Tokenizer& tokenizer, const uint8_t* data, size_t s
   prev = prompt_last;
   for (size_t i = 1; i < ids.size(); ++i) {
     const std::string delta = detok.Add(ids[i]);
-    FUZZ_CHECK(protocol::IsValidUtf8(delta));
+    FUZZ_CHECK(IsValidUtf8(delta));
     streamed += delta;
     expected_bytes += tokenizer.DecodePiece(prev, ids[i]);
     prev = ids[i];
   }
   const std::string tail = detok.Flush();
-  FUZZ_CHECK(protocol::IsValidUtf8(tail));
+  FUZZ_CHECK(IsValidUtf8(tail));
   FUZZ_CHECK(!detok.has_pending());
   streamed += tail;
-  FUZZ_CHECK(streamed == protocol::ToValidUtf8(expected_bytes));
+  FUZZ_CHECK(streamed == ToValidUtf8(expected_bytes));
 }
 
 }  // namespace tinyserve::fuzz

@@ -8,12 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/json_writer.h"
 #include "fuzz/fuzz_util.h"
-#include "server/protocol/json_writer.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/stream_chunks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tinyserve;
   using namespace tinyserve::protocol;
   using Json = nlohmann::ordered_json;
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "base/token_logprobs.h"
-#include "engine/status.h"
 #include "kernels/sampling.h"
 
 namespace tinyserve {

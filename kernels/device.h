@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "kernels/backend.h"
 
 namespace tinyserve {

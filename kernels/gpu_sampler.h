@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace tinyserve {
 

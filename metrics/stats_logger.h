@@ -21,9 +21,9 @@
 #include <mutex>
 #include <string>
 
-#include "engine/clock.h"
+#include "base/clock.h"
+#include "base/thread_annotations.h"
 #include "engine/engine_observer.h"
-#include "engine/thread_annotations.h"
 
 namespace tinyserve {
 

@@ -5,38 +5,13 @@
 #include <cstdarg>
 #include <cstring>
 
+#include "base/json_writer.h"
+
 namespace tinyserve {
 namespace {
 
 constexpr int kRequestsPid = 1;
 constexpr int kEnginePid = 2;
-
-// Appends `s` as a JSON string literal.
-void AppendJsonString(std::string* out, const std::string& s) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out->append(buf);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 void AppendF(std::string* out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void AppendF(std::string* out, const char* fmt, ...) {
@@ -101,7 +76,7 @@ void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& eve
     scratch_.clear();
     AppendF(&scratch_, R"({"name":"thread_name","ph":"M","pid":%d,"tid":%lld,"args":{"name":)",
             kRequestsPid, static_cast<long long>(track->tid));
-    AppendJsonString(&scratch_, request.request_id);
+    AppendJsonString(request.request_id, &scratch_);
     scratch_.append("}}");
     WriteEventLocked(scratch_);
   }

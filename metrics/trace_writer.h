@@ -25,9 +25,9 @@
 #include <mutex>
 #include <string>
 
+#include "base/status.h"
+#include "base/thread_annotations.h"
 #include "engine/engine_observer.h"
-#include "engine/status.h"
-#include "engine/thread_annotations.h"
 #include "metrics/live_request_map.h"
 #include "metrics/request_timeline.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tensor_dtype.h"
 
 namespace tinyserve {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/llama_weights.h"
 #include "models/tensor_dtype.h"
 #include "models/tokenizer/tokenizer.h"

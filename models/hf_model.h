@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/hf_config.h"
 #include "models/llama_weights.h"
 #include "models/tensor_dtype.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/model_config.h"
 #include "models/tensor_dtype.h"
 #include "models/tokenizer/hf_tokenizer.h"

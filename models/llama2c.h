@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/llama_weights.h"
 
 namespace tinyserve {

@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/llama_weights.h"
 #include "models/tokenizer/tokenizer.h"
 

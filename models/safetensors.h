@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tensor_dtype.h"
 #include "models/tokenizer/mapped_file.h"
 

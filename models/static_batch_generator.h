@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/model_runner.h"
 
 namespace tinyserve {

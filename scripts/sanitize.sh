@@ -3,7 +3,7 @@
 # only what it runs built (no benchmarks, no CUDA):
 #   asan  build-asan/: AddressSanitizer (+ LeakSanitizer) + UndefinedBehaviorSanitizer, and
 #         clang's -Wthread-safety as an error (checks the TS_GUARDED_BY annotations, see
-#         engine/thread_annotations.h). Runs every ctest case (unit, integration, the fuzz
+#         base/thread_annotations.h). Runs every ctest case (unit, integration, the fuzz
 #         regression replays) except openai_npm_client (node; it checks the HTTP API, not memory)
 #         soak_60s (its RSS-trend rule measures the release binary; ASan's quarantine grows) and
 #         the OpenAiStormTest load tests (their 1 s / 30 s bounds assume release speed; under ASan

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/utf8.h"
 #include "server/connection_watch.h"
 #include "server/generation_job.h"
 #include "server/openai_routes.h"
@@ -15,7 +16,6 @@
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/stream_chunks.h"
-#include "server/protocol/utf8.h"
 #include "server/sse_stream.h"
 
 namespace tinyserve {
@@ -122,7 +122,7 @@ class CompletionSseStream final : public SseStream {
                                              text_offsets_[u.choice], &text_offsets_[u.choice],
                                              &logprobs_json_);
     } else {
-      text_offsets_[u.choice] += protocol::Utf8Length(d.text);
+      text_offsets_[u.choice] += Utf8Length(d.text);
     }
     if (d.finished) {
       choice.finish_reason = d.finish_reason;
@@ -141,7 +141,7 @@ class CompletionSseStream final : public SseStream {
       choice.logprobs = protocol::CompletionPromptLogprobsJson(
           *tokenizer_, c.spec.prompt_ids, ScorerOf(job(), c, n_).prompt_logprobs);
     }
-    text_offsets_[i] = protocol::Utf8Length(echo);
+    text_offsets_[i] = Utf8Length(echo);
     chunks_.AppendCompletionChunk(choice, UsageOf(i), out);
   }
 
@@ -262,7 +262,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     choice.text = prompt.echo + c->text.text();
     if (c->spec.params.logprobs) {
       choice.logprobs = protocol::CompletionLogprobsJson(tok, c->logprobs_prev_id, c->logprobs,
-                                                         protocol::Utf8Length(prompt.echo));
+                                                         Utf8Length(prompt.echo));
       if (echo_logprobs) {
         nlohmann::ordered_json all =
             protocol::CompletionPromptLogprobsJson(tok, c->spec.prompt_ids, scorer.prompt_logprobs);

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace httplib {
 struct Response;

@@ -33,8 +33,8 @@
 #include <mutex>
 #include <string>
 
-#include "engine/status.h"
-#include "engine/thread_annotations.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
 #include "server/sse_writer.h"
 
 namespace httplib {

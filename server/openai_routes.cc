@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/utf8.h"
 #include "server/generation_job.h"
 #include "server/protocol/chat_request.h"
 #include "server/protocol/chat_template.h"
 #include "server/protocol/json_fields.h"
 #include "server/protocol/responses.h"
-#include "server/protocol/utf8.h"
 
 namespace tinyserve {
 
@@ -265,7 +265,7 @@ void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response
   if (return_token_strs) {
     nlohmann::ordered_json strs = nlohmann::ordered_json::array();
     for (size_t i = 0; i < ids.size(); ++i) {
-      strs.push_back(protocol::ToValidUtf8(tok.DecodePiece(i == 0 ? -1 : ids[i - 1], ids[i])));
+      strs.push_back(ToValidUtf8(tok.DecodePiece(i == 0 ? -1 : ids[i - 1], ids[i])));
     }
     out["token_strs"] = std::move(strs);
   }
@@ -295,7 +295,7 @@ void OpenAiRoutes::HandleDetokenize(const httplib::Request& req, httplib::Respon
     }
     ids.push_back(id);
   }
-  SendJson(res, {{"prompt", protocol::ToValidUtf8(context_.tokenizer->Decode(ids))}});
+  SendJson(res, {{"prompt", ToValidUtf8(context_.tokenizer->Decode(ids))}});
 }
 
 }  // namespace tinyserve

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"

@@ -39,7 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/thread_annotations.h"
+#include "base/thread_annotations.h"
 
 namespace tinyserve {
 

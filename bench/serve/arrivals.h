@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace tinyserve::bench {
 

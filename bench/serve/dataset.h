@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace tinyserve::bench {
 

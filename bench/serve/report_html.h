@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace tinyserve::bench {
 

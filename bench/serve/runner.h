@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
+#include "base/status.h"
 #include "bench/serve/dataset.h"
 #include "bench/serve/stream_client.h"
 #include "bench/serve/stream_record.h"
-#include "engine/clock.h"
-#include "engine/status.h"
 
 namespace tinyserve::bench {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "base/status.h"
 #include "bench/serve/stream_client.h"
-#include "engine/status.h"
 
 namespace tinyserve::bench {
 

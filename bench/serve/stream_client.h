@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
+#include "base/clock.h"
+#include "base/status.h"
 #include "bench/serve/dataset.h"
 #include "bench/serve/stream_record.h"
-#include "engine/clock.h"
-#include "engine/status.h"
 
 namespace httplib {
 class Client;

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 
 namespace tinyserve::bench {
 

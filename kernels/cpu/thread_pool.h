@@ -18,7 +18,7 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-#include "engine/thread_annotations.h"
+#include "base/thread_annotations.h"
 
 namespace tinyserve {
 

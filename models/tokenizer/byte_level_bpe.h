@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/bpe_merge.h"
 #include "models/tokenizer/gpt2_pretokenizer.h"
 #include "models/tokenizer/token_kind.h"

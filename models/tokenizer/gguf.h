@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/ggml_type.h"
 #include "models/tokenizer/mapped_file.h"
 

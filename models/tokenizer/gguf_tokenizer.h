@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/gguf.h"
 #include "models/tokenizer/tokenizer.h"
 

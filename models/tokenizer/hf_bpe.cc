@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "base/utf8.h"
 #include "models/tokenizer/byte_level_bpe.h"
 #include "models/tokenizer/sentencepiece_bpe.h"
 
@@ -20,41 +21,6 @@ size_t CharLength(std::string_view text, size_t i) {
     ++end;
   }
   return end - i;
-}
-
-// Returns true iff `text` is well-formed UTF-8 (no overlongs, surrogates or values past U+10FFFF).
-bool IsValidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n > text.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(text[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n;
-  }
-  return true;
 }
 
 // Unicode NFC of `text`; text that is ASCII or not valid UTF-8 is returned as it is.

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/added_tokens.h"
 #include "models/tokenizer/bpe_merge.h"
 #include "models/tokenizer/gpt2_pretokenizer.h"

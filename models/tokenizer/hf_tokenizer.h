@@ -35,7 +35,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace tinyserve {

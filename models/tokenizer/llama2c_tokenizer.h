@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/sentencepiece_bpe.h"
 #include "models/tokenizer/tokenizer.h"
 

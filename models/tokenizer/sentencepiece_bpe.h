@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/bpe_merge.h"
 #include "models/tokenizer/token_kind.h"
 #include "models/tokenizer/tokenizer.h"

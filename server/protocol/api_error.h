@@ -26,7 +26,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/status.h"
+#include "base/status.h"
 
 namespace tinyserve::protocol {
 

@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/status.h"
+#include "base/status.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace tinyserve::protocol {

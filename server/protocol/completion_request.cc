@@ -1,7 +1,7 @@
 #include "server/protocol/completion_request.h"
 
+#include "base/utf8.h"
 #include "server/protocol/json_fields.h"
-#include "server/protocol/utf8.h"
 
 namespace tinyserve::protocol {
 namespace {

@@ -1,6 +1,6 @@
 #include "server/protocol/detokenizer.h"
 
-#include "server/protocol/utf8.h"
+#include "base/utf8.h"
 
 namespace tinyserve::protocol {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "server/protocol/json_writer.h"
-#include "server/protocol/utf8.h"
+#include "base/json_writer.h"
+#include "base/utf8.h"
 
 namespace tinyserve::protocol {
 namespace {

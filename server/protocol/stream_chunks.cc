@@ -3,7 +3,7 @@
 #include <cassert>
 #include <variant>
 
-#include "server/protocol/json_writer.h"
+#include "base/json_writer.h"
 
 namespace tinyserve::protocol {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/fake_executor.h"

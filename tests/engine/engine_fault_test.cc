@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "engine/fault_injecting_executor.h"
 #include "gtest/gtest.h"

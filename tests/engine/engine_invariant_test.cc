@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"

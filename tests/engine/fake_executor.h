@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/model_executor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_sampler.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/fake_executor.h"

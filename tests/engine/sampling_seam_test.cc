@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"

@@ -16,7 +16,7 @@
 #include <map>
 #include <random>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "models/llama2c.h"
 #include "models/model_runner.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "models/llama2c.h"
 #include "models/model_runner.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "server/protocol/utf8.h"
+#include "base/utf8.h"
 #include "tests/protocol/fake_tokenizer.h"
 
 namespace tinyserve::protocol {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "models/tokenizer/llama2c_tokenizer.h"
-#include "server/protocol/utf8.h"
 #include "tests/protocol/fake_tokenizer.h"
 
 namespace tinyserve::protocol {

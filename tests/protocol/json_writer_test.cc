@@ -1,6 +1,6 @@
 // json_writer.h must write exactly what nlohmann's compact dump writes (its contract): checked
 // over catalogues and random values.
-#include "server/protocol/json_writer.h"
+#include "base/json_writer.h"
 
 #include <gtest/gtest.h>
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "server/protocol/logprobs_json.h"
-#include "server/protocol/utf8.h"
 #include "tests/server/openai_test_server.h"
 
 namespace tinyserve {
@@ -164,7 +164,7 @@ TEST_F(PromptLogprobsHttpTest, EchoWithLogprobsScoresThePromptAsTheReference) {
   for (size_t i = 1; i < kPrompt.size(); ++i) {
     const std::string text = protocol::LogprobTokenText(tok(), kPrompt[i - 1], kPrompt[i]);
     EXPECT_EQ(lp["tokens"][i], text);
-    EXPECT_EQ(lp["text_offset"][i], protocol::Utf8Length(joined));
+    EXPECT_EQ(lp["text_offset"][i], Utf8Length(joined));
     joined += text;
     const std::vector<double>& ref = golden[i - 1];
     EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), ref[kPrompt[i]], 1e-4) << i;
@@ -183,7 +183,7 @@ TEST_F(PromptLogprobsHttpTest, EchoWithLogprobsScoresThePromptAsTheReference) {
   // Then the generated token, at the end of the echo: the golden argmax at position 4.
   const std::string gen = protocol::LogprobTokenText(tok(), kPrompt.back(), 432);
   EXPECT_EQ(lp["tokens"][kPrompt.size()], gen);
-  EXPECT_EQ(lp["text_offset"][kPrompt.size()], protocol::Utf8Length(echo));
+  EXPECT_EQ(lp["text_offset"][kPrompt.size()], Utf8Length(echo));
   EXPECT_NEAR(lp["token_logprobs"][kPrompt.size()].get<double>(), golden[4][432], 1e-4);
   EXPECT_EQ(c["text"], echo + gen);
   EXPECT_EQ(r["usage"]["prompt_tokens"], 5);

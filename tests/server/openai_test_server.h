@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "engine/fault_injecting_executor.h"
 #include "kernels/backend.h"

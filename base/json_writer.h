@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace tinyserve::protocol {
+namespace tinyserve {
 
 // `text` as a JSON string literal (quotes included): `"`, `\`, \b \f \n \r \t and \u00XX for the
 // other control bytes escaped, everything else verbatim; text that is not well-formed UTF-8 goes
@@ -19,4 +19,4 @@ void AppendJsonInt(int64_t value, std::string* out);
 // NaN and infinities as null.
 void AppendJsonDouble(double value, std::string* out);
 
-}  // namespace tinyserve::protocol
+}  // namespace tinyserve

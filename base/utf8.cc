@@ -1,8 +1,8 @@
-#include "server/protocol/utf8.h"
+#include "base/utf8.h"
 
 #include <cstdint>
 
-namespace tinyserve::protocol {
+namespace tinyserve {
 namespace {
 
 // For lead byte `b`: the sequence length (0 if `b` cannot start one) and the allowed range of
@@ -97,4 +97,4 @@ size_t Utf8Length(std::string_view text) {
   return n;
 }
 
-}  // namespace tinyserve::protocol
+}  // namespace tinyserve

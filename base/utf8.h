@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace tinyserve::protocol {
+namespace tinyserve {
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -26,4 +26,4 @@ std::string ToValidUtf8(std::string_view bytes);
 // The number of code points in well-formed `text` (what Python's len() counts).
 size_t Utf8Length(std::string_view text);
 
-}  // namespace tinyserve::protocol
+}  // namespace tinyserve

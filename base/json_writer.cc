@@ -1,13 +1,12 @@
-#include "server/protocol/json_writer.h"
+#include "base/json_writer.h"
 
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "server/protocol/responses.h"
-#include "server/protocol/utf8.h"
+#include "base/utf8.h"
 
-namespace tinyserve::protocol {
+namespace tinyserve {
 namespace {
 
 bool NeedsEscape(unsigned char c) { return c < 0x20 || c == '"' || c == '\\'; }
@@ -23,7 +22,10 @@ void AppendJsonString(std::string_view text, std::string* out) {
     }
   }
   if (!ascii && !IsValidUtf8(text)) {
-    out->append(DumpJson(nlohmann::ordered_json(std::string(text))));  // nlohmann's U+FFFD rule
+    out->append(
+        nlohmann::ordered_json(std::string(text))
+            .dump(-1, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace));  // nlohmann's U+FFFD rule
     return;
   }
   out->push_back('"');
@@ -84,4 +86,4 @@ void AppendJsonDouble(double value, std::string* out) {
   out->append(buf, static_cast<size_t>(end - buf));
 }
 
-}  // namespace tinyserve::protocol
+}  // namespace tinyserve

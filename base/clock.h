@@ -8,7 +8,7 @@
 
 #include <chrono>
 #include <mutex>
-#include "engine/thread_annotations.h"
+#include "base/thread_annotations.h"
 
 namespace tinyserve {
 
