@@ -127,13 +127,30 @@ class Backend {
   // rows[i] (kernels/sampling.h, the rules of kernels/cpu/cpu_sampler.h); out[i].token_id always,
   // and the token's raw logprob, rank and top-n when rows[i].spec->num_logprobs >= 0. Only out[]
   // comes back to the host. The default runs the CPU sampler: in place on a host backend, on a host
-  // copy of the rows otherwise (the CUDA sampler does not cover every feature yet).
+  // copy of the rows otherwise; the CUDA backend samples on the device (kernels/cuda/sampling.cu).
   virtual Status SampleRows(const float* logits, int32_t vocab, const SampleRow* rows, int32_t n,
                             TokenLogprobs* out);
   // Scores given tokens (prompt logprobs): out[i] = the raw logprob and rank of targets[i] under
   // row i of `logits` ([n, vocab] fp32, this backend's memory) and its top num_top[i].
   virtual Status ScoreRows(const float* logits, int32_t vocab, const int32_t* targets,
                            const int32_t* num_top, int32_t n, TokenLogprobs* out);
+
+  // ---- penalty history --------------------------------------------------------------------------
+  // A device backend keeps each penalised request's token history in its own memory, in a slot
+  // the executor picks (small ints, reused after the request goes), so that sampling reads it
+  // there and it never crosses per step: the executor sets a slot from the request's prompt and
+  // outputs when it registers (again after a preemption's recompute), then adds each accepted
+  // token. Returns true iff this backend does (it then reads SampleRow::penalty_slot, not
+  // SampleRow::penalties); the defaults keep nothing.
+  virtual bool KeepsPenaltyHistory() const { return false; }
+  // Slot `slot` (>= 0) := the history of token_ids [num_tokens] host, whose first
+  // `num_prompt_tokens` are the prompt, over a vocabulary of `vocab` ids (all in range). Errors are
+  // reported by Synchronize().
+  virtual void SetPenaltyHistory(int32_t /*slot*/, int32_t /*vocab*/, const int32_t* /*token_ids*/,
+                                 int32_t /*num_tokens*/, int32_t /*num_prompt_tokens*/) {}
+  // Adds output tokens[i] to the history in slot slots[i], for i < n (host arrays; slots set).
+  virtual void AddPenaltyOutputs(const int32_t* /*slots*/, const int32_t* /*tokens*/,
+                                 int32_t /*n*/) {}
 
   // ---- ops --------------------------------------------------------------------------------------
   // out[t, :] = table[ids[t], :].  table [vocab, dim], ids [n], out [n, dim].

@@ -1,7 +1,5 @@
 #include "kernels/device.h"
 
-#include "kernels/gpu_sampler.h"
-
 #ifndef TINYSERVE_HAVE_CUDA
 namespace tinyserve {
 
@@ -18,11 +16,6 @@ StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& /
 }
 
 StatusOr<double> MeasureCublasBf16GemmFlops(int32_t /*n*/) {
-  return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
-}
-
-StatusOr<std::unique_ptr<GpuSampler>> GpuSampler::Create(int32_t /*vocab_size*/,
-                                                         int32_t /*max_rows*/) {
   return Unavailable("this tinyserve was built without the CUDA backend (nvcc not found)");
 }
 

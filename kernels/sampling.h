@@ -9,7 +9,16 @@
 // The generator is the contract that makes seeded outputs independent of batching and
 // preemption: request r's draw for output index i is SamplingUniform(seed_r, i), a pure function
 // (Philox4x32-10 keyed by the seed, counter = the output index). The CUDA sampler computes the same
-// function.
+// function, bit for bit.
+//
+// Across backends (the CUDA backend's SampleRows against the CPU's): greedy tokens, ranks, top-n
+// ids and every mask (allowed ids, min_tokens stops, logit_bias, penalties, top_k) are identical.
+// Seeded draws are identical except at the fp64 boundary cases: the CUDA kernels sum the fp64
+// weights exp(x - max) in another (fixed) order than the CPU's left-to-right loop, and CUDA's
+// fp64 exp may differ from the host's by an ulp, so a token can differ only when u * total, a
+// top_p cut (cumulative mass / total against 1 - top_p) or a min_p test (exp(x - max) against
+// min_p) lies within a few fp64 ulps of a boundary. Raw logprobs agree to ~1e-6 (the log-sum-exp
+// is summed in another order, then rounded to fp32).
 #pragma once
 
 #include <array>
@@ -73,11 +82,14 @@ class PenaltyState {
 };
 
 // One sampled row: its request's spec and history, and the output index being sampled (the
-// generator's counter; also decides whether min_tokens masks apply).
+// generator's counter; also decides whether min_tokens masks apply). The history is on the host
+// (`penalties`, read by backends whose KeepsPenaltyHistory() is false) or in the backend's own
+// memory (`penalty_slot`, Backend::SetPenaltyHistory; read by the others).
 struct SampleRow {
   const SamplingSpec* spec = nullptr;
   const PenaltyState* penalties = nullptr;  // may be null when spec->has_penalties() is false
   uint64_t output_index = 0;
+  int32_t penalty_slot = -1;  // >= 0 when spec->has_penalties() on a KeepsPenaltyHistory() backend
 };
 
 }  // namespace tinyserve

@@ -13,7 +13,7 @@ int64_t ModelRunner::KvBytesPerToken(const ModelConfig& c) {
 ModelRunner::ModelRunner(std::shared_ptr<const LlamaWeights> weights,
                          std::unique_ptr<Backend> backend, const ModelRunnerOptions& options)
     : config_(weights->config),
-      sampling_(weights->config.vocab_size),
+      sampling_(weights->config.vocab_size, backend.get()),
       weights_(std::move(weights)),
       backend_(std::move(backend)),
       options_(options) {}

@@ -71,6 +71,8 @@ class ModelRunner final : public ModelExecutor {
   void Release(const std::vector<uint64_t>& keys) override { sampling_.Release(keys); }
   // Requests whose sampling state the runner holds.
   size_t num_sampling_states() const { return sampling_.size(); }
+  // The backend penalty-history slots the live requests hold (0 when the backend keeps none).
+  size_t num_penalty_slots() const { return sampling_.num_penalty_slots(); }
   // The same forward pass (K/V written, prefix and all), returning the logits rather than tokens.
   // The batch needs no request keys; nothing is sampled and no sampling state changes.
   StatusOr<LogitsOutput> ComputeLogits(const ScheduledBatch& batch);

@@ -27,12 +27,41 @@ SamplingSpec SamplingStateTable::MakeSpec(const SamplingParams& p, uint64_t seed
   return s;
 }
 
+void SamplingStateTable::FreeSlot(Entry& e) {
+  if (e.slot >= 0) free_slots_.push_back(e.slot);
+  e.slot = -1;
+}
+
 void SamplingStateTable::Apply(const ScheduledBatch& batch) {
   for (const SamplingRegistration& r : batch.new_requests) {
     Entry& e = entries_[r.key];
     e.spec = MakeSpec(r.params, r.seed, r.eos_token_id, vocab_size_);
     e.penalties = PenaltyState();
-    if (e.spec.has_penalties()) e.penalties.Reset(r.token_ids, r.num_prompt_tokens);
+    if (!e.spec.has_penalties()) {
+      FreeSlot(e);
+    } else if (device_ == nullptr) {
+      e.penalties.Reset(r.token_ids, r.num_prompt_tokens);
+    } else {
+      if (e.slot < 0) {
+        if (free_slots_.empty()) {
+          e.slot = next_slot_++;
+        } else {
+          e.slot = free_slots_.back();
+          free_slots_.pop_back();
+        }
+      }
+      device_->SetPenaltyHistory(e.slot, vocab_size_, r.token_ids.data(),
+                                 static_cast<int32_t>(r.token_ids.size()), r.num_prompt_tokens);
+    }
+  }
+}
+
+void SamplingStateTable::Release(const std::vector<uint64_t>& keys) {
+  for (uint64_t key : keys) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) continue;
+    FreeSlot(it->second);
+    entries_.erase(it);
   }
 }
 
@@ -49,8 +78,9 @@ StatusOr<std::vector<SampleRow>> SamplingStateTable::Rows(const ScheduledBatch& 
       return InvalidArgument("batch samples request key " + std::to_string(batch.request_keys[s]) +
                              ", which was never registered with the executor");
     }
-    rows.push_back(
-        {&it->second.spec, &it->second.penalties, static_cast<uint64_t>(batch.output_index[s])});
+    const Entry& e = it->second;
+    rows.push_back({&e.spec, device_ == nullptr ? &e.penalties : nullptr,
+                    static_cast<uint64_t>(batch.output_index[s]), e.slot});
   }
   return rows;
 }
@@ -58,13 +88,23 @@ StatusOr<std::vector<SampleRow>> SamplingStateTable::Rows(const ScheduledBatch& 
 void SamplingStateTable::Accept(const ScheduledBatch& batch,
                                 const std::vector<TokenLogprobs>& sampled) {
   size_t row = 0;
+  accepted_slots_.clear();
+  accepted_tokens_.clear();
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     if (!batch.sample[s]) continue;
     auto it = entries_.find(batch.request_keys[s]);
     const int32_t token = sampled[row++].token_id;
-    if (it != entries_.end() && it->second.spec.has_penalties()) {
+    if (it == entries_.end() || !it->second.spec.has_penalties()) continue;
+    if (device_ == nullptr) {
       it->second.penalties.AddOutput(token);
+    } else {
+      accepted_slots_.push_back(it->second.slot);
+      accepted_tokens_.push_back(token);
     }
+  }
+  if (!accepted_slots_.empty()) {
+    device_->AddPenaltyOutputs(accepted_slots_.data(), accepted_tokens_.data(),
+                               static_cast<int32_t>(accepted_slots_.size()));
   }
 }
 

@@ -1,10 +1,15 @@
 // SamplingStateTable: the executor's side of the sampling seam (engine/scheduled_batch.h).
 //
 // Holds, per live request key, the request's SamplingSpec (kernels/sampling.h, made once from its
-// SamplingParams) and PenaltyState (its prompt and outputs, extended by each token the executor
+// SamplingParams) and penalty history (its prompt and outputs, extended by each token the executor
 // samples). Each step: Apply() the batch's registrations, Rows() for the sampled sequences,
 // sample them on the backend, Accept() the sampled tokens; Release() what the engine releases. Used
 // by the ModelRunner and by the test executors, so that every executor samples by the same rules.
+//
+// The history lives where the backend samples: a host PenaltyState, or, on a backend that
+// KeepsPenaltyHistory() (CUDA), a slot of the backend's device tables: set once from prompt +
+// outputs at registration (so a preemption's re-registration rebuilds it), then one small
+// AddPenaltyOutputs per step with the accepted tokens; it is never uploaded again in full.
 //
 // Not thread-safe: the engine thread drives it.
 #pragma once
@@ -16,21 +21,24 @@
 #include "base/status.h"
 #include "base/token_logprobs.h"
 #include "engine/scheduled_batch.h"
+#include "kernels/backend.h"
 #include "kernels/sampling.h"
 
 namespace tinyserve {
 
 class SamplingStateTable {
  public:
-  explicit SamplingStateTable(int32_t vocab_size) : vocab_size_(vocab_size) {}
+  // `backend`: where the histories live when it KeepsPenaltyHistory() (it must outlive the table);
+  // null or otherwise, on the host.
+  explicit SamplingStateTable(int32_t vocab_size, Backend* backend = nullptr)
+      : vocab_size_(vocab_size),
+        device_(backend != nullptr && backend->KeepsPenaltyHistory() ? backend : nullptr) {}
 
   // Registers the batch's new requests (a key registered again is replaced: its history is
   // rebuilt from the registration).
   void Apply(const ScheduledBatch& batch);
   // Forgets these keys (unknown ones are ignored).
-  void Release(const std::vector<uint64_t>& keys) {
-    for (uint64_t key : keys) entries_.erase(key);
-  }
+  void Release(const std::vector<uint64_t>& keys);
   // One row per sequence with sample[s] != 0, in order. Returns InvalidArgument naming the key if a
   // sampled sequence's request is not registered.
   StatusOr<std::vector<SampleRow>> Rows(const ScheduledBatch& batch) const;
@@ -46,13 +54,23 @@ class SamplingStateTable {
   static SamplingSpec MakeSpec(const SamplingParams& params, uint64_t seed,
                                std::optional<int32_t> eos_token_id, int32_t vocab_size);
 
+  // The number of device history slots in use (0 on the host).
+  size_t num_penalty_slots() const { return next_slot_ - free_slots_.size(); }
+
  private:
   struct Entry {
     SamplingSpec spec;
-    PenaltyState penalties;
+    PenaltyState penalties;  // on the host: the history; with device_: unused
+    int32_t slot = -1;       // with device_: the backend's history slot, when spec has penalties
   };
+  void FreeSlot(Entry& e);
+
   const int32_t vocab_size_;
+  Backend* const device_;
   std::unordered_map<uint64_t, Entry> entries_;
+  std::vector<int32_t> free_slots_;  // released slots, reused before new ones
+  int32_t next_slot_ = 0;
+  std::vector<int32_t> accepted_slots_, accepted_tokens_;  // Accept()'s scratch
 };
 
 }  // namespace tinyserve

@@ -95,7 +95,7 @@ echo "== kernel benchmarks"
 stage "kernels_bench" "$BUILD_DIR/bin/kernels_bench"
 # compute-sanitizer over the kernel tests (not the model tests: minutes under the tools).
 SANITIZER=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
-KERNEL_TESTS='CudaKernelTest.*:*CudaAttention*:*CudaBatchInvariantGemm*:*GpuSampler*'
+KERNEL_TESTS='CudaKernelTest.*:*CudaAttention*:*CudaBatchInvariantGemm*:*BackendSampler*'
 if [[ -x "$SANITIZER" ]]; then
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer --tool $tool (kernel tests)"

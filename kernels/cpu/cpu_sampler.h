@@ -1,6 +1,7 @@
 // CpuSampler: turns one logits row into the next token of a request (vLLM semantics, DESIGN §3),
-// on the host. Backend::SampleRows runs it on the CPU backend (in place) and, until the CUDA
-// sampler covers every feature, on logits a device backend copied to the host.
+// on the host. Backend::SampleRows runs it on the CPU backend (in place); it is the CPU twin of the
+// CUDA backend's sampling kernels (kernels/cuda/sampling.cu), which follow these rules on the
+// device.
 //
 // Order: raw logprobs (log-softmax of the raw logits) when asked; allowed_token_ids masks every
 // other token; min_tokens masks EOS and the stop token ids (not in a step where that would mask

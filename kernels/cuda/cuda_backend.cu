@@ -96,6 +96,11 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     ClearGraphs();
     for (void* p : retired_) cudaFree(p);
+    for (void* p :
+         {d_sample_rows_, d_ids_, d_bias_, d_sample_scratch_, d_results_, d_top_, d_penalty_tokens_,
+          static_cast<void*>(d_in_prompt_), static_cast<void*>(d_output_counts_)}) {
+      if (p != nullptr) cudaFree(p);
+    }
     if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
     if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
     if (cublas_ != nullptr) blas_.destroy(cublas_);
@@ -300,6 +305,179 @@ class CudaBackend final : public Backend {
     Check(cuda::LaunchAddBias(y, bias, m, n, stream_), "AddBias");
   }
 
+  // ---- sampling (kernels/cuda/sampling.cu)
+  // -------------------------------------------------------- Only the rows' parameters and lists go
+  // up, only SampleResults (16 bytes a row) and the asked top-n come back: the logits stay on the
+  // device.
+  Status SampleRows(const float* logits, int32_t vocab, const SampleRow* rows, int32_t n,
+                    TokenLogprobs* out) override {
+    if (n == 0) return Status::Ok();
+    h_rows_.assign(n, cuda::DeviceSampleRow{});
+    h_ids_.clear();
+    h_bias_.clear();
+    bool processed = false;
+    int32_t top_stride = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      const SamplingSpec& sp = *rows[i].spec;
+      cuda::DeviceSampleRow& d = h_rows_[i];
+      d.seed = sp.seed;
+      d.output_index = rows[i].output_index;
+      d.temperature = sp.temperature;
+      d.top_p = sp.top_p;
+      d.min_p = sp.min_p;
+      d.presence_penalty = sp.presence_penalty;
+      d.frequency_penalty = sp.frequency_penalty;
+      d.repetition_penalty = sp.repetition_penalty;
+      d.top_k = sp.top_k;
+      d.num_logprobs = sp.num_logprobs;
+      if (sp.has_penalties()) {
+        const int32_t slot = rows[i].penalty_slot;
+        if (slot < 0 || slot >= penalty_slots_ || !penalty_set_[slot] || vocab != penalty_vocab_) {
+          return InvalidArgument("SampleRows: row " + std::to_string(i) +
+                                 " has penalties but no penalty history was set for its slot");
+        }
+        d.penalty_slot = slot;
+      }
+      auto append = [&](const std::vector<int32_t>& ids, int32_t* offset, int32_t* count) {
+        *offset = static_cast<int32_t>(h_ids_.size());
+        *count = static_cast<int32_t>(ids.size());
+        h_ids_.insert(h_ids_.end(), ids.begin(), ids.end());
+      };
+      auto in_vocab = [&](int32_t id) { return id >= 0 && id < vocab; };
+      bool ok =
+          std::all_of(sp.allowed_token_ids.begin(), sp.allowed_token_ids.end(), in_vocab) &&
+          std::all_of(sp.min_tokens_masked_ids.begin(), sp.min_tokens_masked_ids.end(), in_vocab);
+      for (const auto& [id, bias] : sp.logit_bias) ok = ok && in_vocab(id);
+      if (!ok) {
+        return InvalidArgument("SampleRows: row " + std::to_string(i) +
+                               " names a token id outside the vocabulary");
+      }
+      append(sp.allowed_token_ids, &d.allowed_offset, &d.num_allowed);
+      if (rows[i].output_index < static_cast<uint64_t>(std::max(sp.min_tokens, 0))) {
+        append(sp.min_tokens_masked_ids, &d.stop_offset, &d.num_stops);
+        d.mask_stops = d.num_stops > 0;
+      }
+      d.bias_offset = static_cast<int32_t>(h_ids_.size());
+      d.num_bias = static_cast<int32_t>(sp.logit_bias.size());
+      h_bias_.resize(h_ids_.size(), 0.0f);
+      for (const auto& [id, bias] : sp.logit_bias) {
+        h_ids_.push_back(id);
+        h_bias_.push_back(bias);
+      }
+      processed =
+          processed || d.num_allowed > 0 || d.mask_stops || d.num_bias > 0 || d.penalty_slot >= 0;
+      if (sp.num_logprobs >= 0) top_stride = std::max(top_stride, std::min(sp.num_logprobs, vocab));
+    }
+    h_bias_.resize(h_ids_.size(), 0.0f);
+    cuda::SampleArgs a;
+    a.logits = logits;
+    a.vocab = vocab;
+    auto* d_rows = static_cast<cuda::DeviceSampleRow*>(
+        Scratch(&d_sample_rows_, &d_sample_rows_bytes_, sizeof(cuda::DeviceSampleRow) * n));
+    if (d_rows == nullptr) return error_;
+    CopyToDevice(d_rows, h_rows_.data(), sizeof(cuda::DeviceSampleRow) * n);
+    a.rows = d_rows;
+    if (!h_ids_.empty()) {
+      auto* d_ids = static_cast<int32_t*>(Scratch(&d_ids_, &d_ids_bytes_, 4 * h_ids_.size()));
+      auto* d_bias = static_cast<float*>(Scratch(&d_bias_, &d_bias_bytes_, 4 * h_bias_.size()));
+      if (d_ids == nullptr || d_bias == nullptr) return error_;
+      CopyToDevice(d_ids, h_ids_.data(), 4 * h_ids_.size());
+      CopyToDevice(d_bias, h_bias_.data(), 4 * h_bias_.size());
+      a.ids = d_ids;
+      a.bias = d_bias;
+    }
+    a.in_prompt = d_in_prompt_;
+    a.output_counts = d_output_counts_;
+    if (processed) {
+      a.scratch = static_cast<float*>(Scratch(&d_sample_scratch_, &d_sample_scratch_bytes_,
+                                              sizeof(float) * static_cast<size_t>(n) * vocab));
+      if (a.scratch == nullptr) return error_;
+    }
+    a.top_stride = top_stride;
+    if (!Results(n, top_stride, &a.results, &a.top)) return error_;
+    Check(cuda::LaunchSample(a, n, stream_), "Sample");
+    return FetchResults(n, top_stride, out, [&](int32_t i) { return rows[i].spec->num_logprobs; });
+  }
+
+  Status ScoreRows(const float* logits, int32_t vocab, const int32_t* targets,
+                   const int32_t* num_top, int32_t n, TokenLogprobs* out) override {
+    if (n == 0) return Status::Ok();
+    int32_t top_stride = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      if (targets[i] < 0 || targets[i] >= vocab) {
+        return InvalidArgument("ScoreRows: target " + std::to_string(targets[i]) +
+                               " outside the vocabulary");
+      }
+      top_stride = std::max(top_stride, std::min(num_top[i], vocab));
+    }
+    cuda::ScoreArgs a;
+    a.logits = logits;
+    a.vocab = vocab;
+    a.top_stride = top_stride;
+    int32_t* d_args = static_cast<int32_t*>(Scratch(&d_ids_, &d_ids_bytes_, 8 * size_t(n)));
+    if (d_args == nullptr || !Results(n, top_stride, &a.results, &a.top)) return error_;
+    CopyToDevice(d_args, targets, 4 * size_t(n));
+    CopyToDevice(d_args + n, num_top, 4 * size_t(n));
+    a.targets = d_args;
+    a.num_top = d_args + n;
+    Check(cuda::LaunchScore(a, n, stream_), "Score");
+    return FetchResults(n, top_stride, out, [](int32_t) { return 0; });
+  }
+
+  // ---- penalty history: in_prompt and output_counts [slots, vocab] int32 on the device ----------
+  bool KeepsPenaltyHistory() const override { return true; }
+  void SetPenaltyHistory(int32_t slot, int32_t vocab, const int32_t* token_ids, int32_t num_tokens,
+                         int32_t num_prompt_tokens) override {
+    if (slot < 0 || vocab <= 0) {
+      SetError(InvalidArgument("SetPenaltyHistory: bad slot or vocabulary"));
+      return;
+    }
+    for (int32_t i = 0; i < num_tokens; ++i) {
+      if (token_ids[i] < 0 || token_ids[i] >= vocab) {
+        SetError(InvalidArgument("SetPenaltyHistory: token id " + std::to_string(token_ids[i]) +
+                                 " outside the vocabulary"));
+        return;
+      }
+    }
+    if (vocab != penalty_vocab_) {  // a new vocabulary: the old histories mean nothing
+      FreePenaltyTables();
+      penalty_vocab_ = vocab;
+    }
+    if (slot >= penalty_slots_ && !GrowPenaltyTables(slot + 1)) return;
+    int32_t* d_tokens = nullptr;
+    if (num_tokens > 0) {
+      d_tokens = static_cast<int32_t*>(
+          Scratch(&d_penalty_tokens_, &d_penalty_tokens_bytes_, 4 * size_t(num_tokens)));
+      if (d_tokens == nullptr) return;
+      CopyToDevice(d_tokens, token_ids, 4 * size_t(num_tokens));
+    }
+    Check(cuda::LaunchPenaltySet(d_in_prompt_, d_output_counts_, vocab, slot, d_tokens, num_tokens,
+                                 num_prompt_tokens, stream_),
+          "PenaltySet");
+    penalty_set_[slot] = true;
+  }
+  void AddPenaltyOutputs(const int32_t* slots, const int32_t* tokens, int32_t n) override {
+    if (n <= 0) return;
+    for (int32_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= penalty_vocab_) {
+        SetError(InvalidArgument("AddPenaltyOutputs: token id outside the vocabulary"));
+        return;
+      }
+      if (slots[i] < 0 || slots[i] >= penalty_slots_ || !penalty_set_[slots[i]]) {
+        SetError(InvalidArgument("AddPenaltyOutputs: slot " + std::to_string(slots[i]) +
+                                 " has no history"));
+        return;
+      }
+    }
+    int32_t* d =
+        static_cast<int32_t*>(Scratch(&d_penalty_tokens_, &d_penalty_tokens_bytes_, 8 * size_t(n)));
+    if (d == nullptr) return;
+    CopyToDevice(d, slots, 4 * size_t(n));
+    CopyToDevice(d + n, tokens, 4 * size_t(n));
+    Check(cuda::LaunchPenaltyAdd(d_output_counts_, penalty_vocab_, d, d + n, n, stream_),
+          "PenaltyAdd");
+  }
+
   // ---- graphs -----------------------------------------------------------------------------------
   bool SupportsGraphs() const override { return true; }
   Status BeginGraphCapture() override {
@@ -387,6 +565,84 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  // The device results of a sampling or scoring call for n rows with top_stride top entries.
+  bool Results(int32_t n, int32_t top_stride, cuda::SampleResult** results,
+               cuda::TopLogprob** top) {
+    *results = static_cast<cuda::SampleResult*>(
+        Scratch(&d_results_, &d_results_bytes_, sizeof(cuda::SampleResult) * n));
+    *top = nullptr;
+    if (top_stride > 0) {
+      *top = static_cast<cuda::TopLogprob*>(
+          Scratch(&d_top_, &d_top_bytes_, sizeof(cuda::TopLogprob) * size_t(n) * top_stride));
+    }
+    return *results != nullptr && (top_stride == 0 || *top != nullptr);
+  }
+
+  // Copies the n results (and their top entries) to the host and fills out[]; a row with
+  // num_logprobs(i) < 0 gets only its token.
+  template <typename NumLogprobs>
+  Status FetchResults(int32_t n, int32_t top_stride, TokenLogprobs* out, NumLogprobs num_logprobs) {
+    h_results_.resize(n);
+    h_top_.resize(static_cast<size_t>(n) * top_stride);
+    CopyToHost(h_results_.data(), d_results_, sizeof(cuda::SampleResult) * n);
+    if (top_stride > 0) CopyToHost(h_top_.data(), d_top_, sizeof(cuda::TopLogprob) * h_top_.size());
+    TS_RETURN_IF_ERROR(Synchronize());
+    for (int32_t i = 0; i < n; ++i) {
+      const cuda::SampleResult& r = h_results_[i];
+      out[i].token_id = r.token;
+      out[i].top.clear();
+      if (num_logprobs(i) < 0) {
+        out[i].logprob = 0.0f;
+        out[i].rank = 0;
+        continue;
+      }
+      out[i].logprob = r.logprob;
+      out[i].rank = r.rank;
+      for (int32_t j = 0; j < r.num_top; ++j) {
+        const cuda::TopLogprob& t = h_top_[static_cast<size_t>(i) * top_stride + j];
+        out[i].top.emplace_back(t.token_id, t.logprob);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Grows the penalty tables to at least `slots` rows (doubling), keeping the rows set so far.
+  bool GrowPenaltyTables(int32_t slots) {
+    const int32_t want = std::max(slots, 2 * penalty_slots_);
+    const size_t row = sizeof(int32_t) * static_cast<size_t>(penalty_vocab_);
+    void* in_prompt = Allocate(row * want);
+    void* counts = Allocate(row * want);
+    if (in_prompt == nullptr || counts == nullptr) {
+      Deallocate(in_prompt);
+      Deallocate(counts);
+      SetError(ResourceExhausted("out of device memory for " + std::to_string(want) +
+                                 " penalty histories"));
+      return false;
+    }
+    if (penalty_slots_ > 0) {
+      Check(cudaMemcpyAsync(in_prompt, d_in_prompt_, row * penalty_slots_, cudaMemcpyDeviceToDevice,
+                            stream_),
+            "D2D copy");
+      Check(cudaMemcpyAsync(counts, d_output_counts_, row * penalty_slots_,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "D2D copy");
+    }
+    Deallocate(d_in_prompt_);
+    Deallocate(d_output_counts_);
+    d_in_prompt_ = static_cast<int32_t*>(in_prompt);
+    d_output_counts_ = static_cast<int32_t*>(counts);
+    penalty_slots_ = want;
+    penalty_set_.resize(want, false);
+    return true;
+  }
+  void FreePenaltyTables() {
+    Deallocate(d_in_prompt_);
+    Deallocate(d_output_counts_);
+    d_in_prompt_ = d_output_counts_ = nullptr;
+    penalty_slots_ = 0;
+    penalty_set_.clear();
+  }
+
   const int device_;
   const DType dtype_;
   const bool batch_invariant_;
@@ -400,6 +656,32 @@ class CudaBackend final : public Backend {
   size_t attn_scratch_bytes_ = 0;
   void* bf16_scratch_ = nullptr;
   size_t bf16_scratch_bytes_ = 0;
+  // Sampling: device buffers (grown by Scratch) and their host mirrors.
+  void* d_sample_rows_ = nullptr;
+  size_t d_sample_rows_bytes_ = 0;
+  void* d_ids_ = nullptr;
+  size_t d_ids_bytes_ = 0;
+  void* d_bias_ = nullptr;
+  size_t d_bias_bytes_ = 0;
+  void* d_sample_scratch_ = nullptr;
+  size_t d_sample_scratch_bytes_ = 0;
+  void* d_results_ = nullptr;
+  size_t d_results_bytes_ = 0;
+  void* d_top_ = nullptr;
+  size_t d_top_bytes_ = 0;
+  void* d_penalty_tokens_ = nullptr;
+  size_t d_penalty_tokens_bytes_ = 0;
+  std::vector<cuda::DeviceSampleRow> h_rows_;
+  std::vector<int32_t> h_ids_;
+  std::vector<float> h_bias_;
+  std::vector<cuda::SampleResult> h_results_;
+  std::vector<cuda::TopLogprob> h_top_;
+  // Penalty histories: [penalty_slots_, penalty_vocab_] each; penalty_set_[slot] once set.
+  int32_t* d_in_prompt_ = nullptr;
+  int32_t* d_output_counts_ = nullptr;
+  int32_t penalty_slots_ = 0;
+  int32_t penalty_vocab_ = 0;
+  std::vector<bool> penalty_set_;
   std::vector<void*> retired_;
   std::vector<cudaGraphExec_t> graphs_;
   bool capturing_ = false;

@@ -82,4 +82,75 @@ size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_splits, float* scratch,
                                  cudaStream_t stream);
 
+// ---- sampling (sampling.cu; the CPU twin is CpuSampler, kernels/cpu/cpu_sampler.h)
+// --------------- One sampled row's parameters (SamplingSpec + the step's output index), its lists
+// given as ranges of SampleArgs::ids (and, for logit_bias, of SampleArgs::bias at the same
+// offsets).
+struct DeviceSampleRow {
+  uint64_t seed = 0;
+  uint64_t output_index = 0;  // the Philox counter
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f, repetition_penalty = 1.0f;
+  int32_t top_k = 0;
+  int32_t num_logprobs = -1;  // < 0: none
+  int32_t mask_stops = 0;     // 1: this step masks the stop ids (output_index < min_tokens)
+  int32_t penalty_slot = -1;  // the row of the penalty tables; -1: no penalties
+  int32_t allowed_offset = 0, num_allowed = 0;
+  int32_t stop_offset = 0, num_stops = 0;
+  int32_t bias_offset = 0, num_bias = 0;
+};
+
+// A row's result: the token, and when asked its raw logprob, rank and the number of top entries.
+struct SampleResult {
+  int32_t token;
+  float logprob;
+  int32_t rank;
+  int32_t num_top;
+};
+struct TopLogprob {
+  int32_t token_id;
+  float logprob;
+};
+// What crosses to the host per row (bench/RESULTS.md counts on these sizes).
+static_assert(sizeof(SampleResult) == 16 && sizeof(TopLogprob) == 8);
+static_assert(sizeof(DeviceSampleRow) == 80);
+
+struct SampleArgs {
+  const float* logits = nullptr;  // [n, vocab]
+  int32_t vocab = 0;
+  const DeviceSampleRow* rows = nullptr;   // [n]
+  const int32_t* ids = nullptr;            // the rows' allowed / stop / bias id lists
+  const float* bias = nullptr;             // logit_bias values, at the bias ids' offsets
+  const int32_t* in_prompt = nullptr;      // [slots, vocab] 0/1: the id occurs in the prompt
+  const int32_t* output_counts = nullptr;  // [slots, vocab] occurrences among the outputs
+  float* scratch = nullptr;         // [n, vocab] processed rows (rows with lists or penalties)
+  SampleResult* results = nullptr;  // [n]
+  TopLogprob* top = nullptr;        // [n, top_stride]
+  int32_t top_stride = 0;
+};
+// One block per row: out row i = CpuSampler::Sample of row i. Batch-invariant: a row's result
+// depends only on that row's inputs.
+cudaError_t LaunchSample(const SampleArgs& args, int32_t n, cudaStream_t stream);
+
+struct ScoreArgs {
+  const float* logits = nullptr;  // [n, vocab]
+  int32_t vocab = 0;
+  const int32_t* targets = nullptr;  // [n]
+  const int32_t* num_top = nullptr;  // [n]
+  SampleResult* results = nullptr;   // [n]
+  TopLogprob* top = nullptr;         // [n, top_stride]
+  int32_t top_stride = 0;
+};
+// Row i's CpuSampler::FillLogprobs(targets[i], num_top[i]).
+cudaError_t LaunchScore(const ScoreArgs& args, int32_t n, cudaStream_t stream);
+
+// Penalty tables in_prompt, output_counts [slots, vocab] int32: row `slot` set to the history of
+// token_ids [num_tokens] (the first num_prompt the prompt), as PenaltyState::Reset.
+cudaError_t LaunchPenaltySet(int32_t* in_prompt, int32_t* output_counts, int32_t vocab,
+                             int32_t slot, const int32_t* token_ids, int32_t num_tokens,
+                             int32_t num_prompt, cudaStream_t stream);
+// output_counts[slots[i], tokens[i]] += 1 for i < n (PenaltyState::AddOutput).
+cudaError_t LaunchPenaltyAdd(int32_t* output_counts, int32_t vocab, const int32_t* slots,
+                             const int32_t* tokens, int32_t n, cudaStream_t stream);
+
 }  // namespace tinyserve::cuda

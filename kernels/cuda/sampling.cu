@@ -1,19 +1,23 @@
-// GpuSampler on CUDA (kernels/gpu_sampler.h): one block of kThreads per row; every mask is a pure
-// function of the row's logits and a few thresholds found by block-wide passes, so nothing but the
-// logits is stored. The CPU twin is Sampler::Sample (engine/sampler.cc); each step below names the
-// CPU lines it follows. Batch invariance (issue 15): a row is one block of a fixed kThreads, and
-// every sum over it has a fixed order (BlockSumD's fixed tree, the in-order chunk scan, integer
-// histograms), so a row's token and logprobs do not depend on the other rows or on the run.
+// The CUDA backend's sampling kernels (kernels/cuda/ops.h): one block of kThreads per row. The CPU
+// twin is CpuSampler (kernels/cpu/cpu_sampler.cc); each step below names the CPU lines it follows.
+//
+// A row whose request uses allowed_token_ids, min_tokens stop masks, logit_bias or penalties is
+// first processed into its own scratch row (allowed mask, stop mask, bias, penalties: the CPU's
+// order); the sampling passes then read the processed row, the logprobs the raw one. Every mask
+// after that is a pure function of the row and a few thresholds found by block-wide passes.
+//
+// Batch invariance (issue 15): a row is one block of a fixed kThreads, and every sum over it has a
+// fixed order (BlockSumD's fixed tree, the in-order chunk scan, integer histograms and counts), so
+// a row's token and logprobs do not depend on the other rows, the batch size or the run.
 #include <cuda_runtime.h>
 
 #include <climits>
-#include <string>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/ops.h"
 #include "kernels/cuda/shared.cuh"
-#include "kernels/gpu_sampler.h"
 
-namespace tinyserve {
+namespace tinyserve::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
@@ -23,17 +27,8 @@ constexpr int kThreads = 1024;
 // the token, could change from run to run.
 constexpr double kWeightScale = 0x1.0p44;
 
-struct RowOut {
-  int32_t token;
-  float logprob;
-  int32_t rank;
-  int32_t num_top;
-  int32_t top_ids[kMaxGpuLogprobs];
-  float top_logprobs[kMaxGpuLogprobs];
-};
-
-// ---- Philox4x32-10 and the draw, bit for bit as engine/sampler.cc ------------------------------
-__device__ double SamplingUniform(uint64_t seed, uint64_t index) {
+// ---- Philox4x32-10 and the draw, bit for bit as SamplingUniform (kernels/cpu/cpu_sampler.cc) ----
+__device__ double DeviceSamplingUniform(uint64_t seed, uint64_t index) {
   uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32), c2 = 0,
            c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
@@ -122,9 +117,83 @@ __device__ int BlockArgMax(float v, int i, TS_SHARED_PTR(float) shv, TS_SHARED_P
   return shi[0];
 }
 
-// ---- the kernel -------------------------------------------------------------------------------
-__global__ void __launch_bounds__(kThreads)
-    SampleKernel(const float* logits, int32_t V, const GpuSamplingRow* rows, RowOut* outs) {
+// The argmax of row x [V] (first maximum; V >= 1).
+__device__ int RowArgMax(const float* x, int32_t V, TS_SHARED_PTR(float) shf,
+                         TS_SHARED_PTR(int) shi) {
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = threadIdx.x; i < V; i += kThreads) Better(bv, bi, x[i], i);
+  return BlockArgMax(bv, bi, shf, shi);
+}
+
+// The raw logprob and rank of `token` under row l [V] (raw argmax `raw_argmax`) and its top `n`
+// (ties: lower id first), as CpuSampler::FillLogprobs. Writes *res and top[0, n).
+__device__ void RowLogprobs(const float* l, int32_t V, int token, int n, int raw_argmax,
+                            SampleResult* res, TopLogprob* top, TS_SHARED_PTR(double) shd,
+                            TS_SHARED_PTR(float) shf, TS_SHARED_PTR(int) shi) {
+  const int tid = threadIdx.x;
+  const float max = l[raw_argmax];
+  double part = 0.0;
+  for (int i = tid; i < V; i += kThreads) part += exp(static_cast<double>(l[i]) - max);
+  const double lse = max + log(BlockSumD(part, shd));
+  const float lt = l[token];
+  int count = 0;
+  for (int i = tid; i < V; i += kThreads) count += l[i] > lt;
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  __syncthreads();
+  if (tid % 32 == 0) shi[tid / 32] = count;
+  __syncthreads();
+  if (tid == 0) {
+    int rank = 1;
+    for (int w = 0; w < kThreads / 32; ++w) rank += shi[w];  // in warp order: exact integers
+    res->token = token;
+    res->rank = rank;
+    res->logprob = static_cast<float>(l[token] - lse);
+    res->num_top = 0;
+  }
+  __syncthreads();
+  // Top-n: n passes, each the best (larger value, then smaller id) after the previous pick.
+  n = min(n, V);
+  float pv = INFINITY;
+  int pi = -1;
+  for (int j = 0; j < n; ++j) {
+    float v = -INFINITY;
+    int vi = INT_MAX;
+    for (int i = tid; i < V; i += kThreads) {
+      const float x = l[i];
+      if (x < pv || (x == pv && i > pi)) Better(v, vi, x, i);
+    }
+    const int pick = BlockArgMax(v, vi, shf, shi);
+    if (pick == INT_MAX || pick < 0 || pick >= V) break;  // NaN rows
+    pv = l[pick];
+    pi = pick;
+    if (tid == 0) {
+      top[j].token_id = pick;
+      top[j].logprob = static_cast<float>(l[pick] - lse);
+      res->num_top = j + 1;
+    }
+    __syncthreads();
+  }
+}
+
+// x [V] = the row's logits with every id outside allowed_token_ids at -inf (CpuSampler::Sample's
+// copy). Ends with a barrier.
+__device__ void CopyAllowed(const float* l, int32_t V, const DeviceSampleRow& p, const int32_t* ids,
+                            float* x) {
+  const int tid = threadIdx.x;
+  if (p.num_allowed == 0) {
+    for (int i = tid; i < V; i += kThreads) x[i] = l[i];
+  } else {
+    for (int i = tid; i < V; i += kThreads) x[i] = -INFINITY;
+    __syncthreads();
+    const int32_t* allowed = ids + p.allowed_offset;
+    for (int j = tid; j < p.num_allowed; j += kThreads) x[allowed[j]] = l[allowed[j]];
+  }
+  __syncthreads();
+}
+
+// ---- the kernels ------------------------------------------------------------------------------
+__global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
   TS_SHARED_ARRAY(double, shd, 32);
   TS_SHARED_ARRAY(float, shf, 32);
   TS_SHARED_ARRAY(int, shi, 32);
@@ -133,26 +202,72 @@ __global__ void __launch_bounds__(kThreads)
   TS_SHARED_ARRAY(double, chunk, kThreads);
   TS_SHARED_ARRAY(int, sh_int, 2);
 
-  const float* l = logits + static_cast<size_t>(blockIdx.x) * V;
-  const GpuSamplingRow p = rows[blockIdx.x];
-  RowOut& out = outs[blockIdx.x];
+  const int32_t V = a.vocab;
+  const size_t row = blockIdx.x;
+  const float* l = a.logits + row * V;
+  const DeviceSampleRow p = a.rows[row];
+  SampleResult* res = a.results + row;
   const int tid = threadIdx.x;
 
-  // Raw argmax: the greedy token and the logprobs' max.
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int i = tid; i < V; i += kThreads) Better(bv, bi, l[i], i);
-  const int raw_argmax = BlockArgMax(bv, bi, shf, shi);
+  // Raw argmax: the greedy token of an unprocessed row, the logprobs' max.
+  const int raw_argmax = RowArgMax(l, V, shf, shi);
 
-  int token;
-  if (p.temperature < 1e-5f) {
-    token = raw_argmax;
+  // The processed row (CpuSampler::Sample: allowed ids, MaskStops, logit_bias, ApplyPenalties).
+  const float* x = l;
+  int best = raw_argmax;
+  int token = -1;
+  const bool processed = p.num_allowed > 0 || p.mask_stops || p.num_bias > 0 || p.penalty_slot >= 0;
+  if (processed) {
+    float* xs = a.scratch + row * V;
+    CopyAllowed(l, V, p, a.ids, xs);
+    if (p.mask_stops) {
+      const int32_t* stops = a.ids + p.stop_offset;
+      for (int j = tid; j < p.num_stops; j += kThreads) xs[stops[j]] = -INFINITY;
+      __syncthreads();
+      int any = 0;
+      for (int i = tid; i < V && !any; i += kThreads) any = xs[i] > -INFINITY;
+      // Masking would leave no token: this step is not masked (the CPU restores what it masked).
+      if (BlockMaxI(any, shi) == 0) CopyAllowed(l, V, p, a.ids, xs);
+    }
+    if (p.num_bias > 0 && tid == 0) {  // one thread, in list order: repeated ids add as on the CPU
+      const int32_t* bias_ids = a.ids + p.bias_offset;
+      const float* bias = a.bias + p.bias_offset;
+      for (int j = 0; j < p.num_bias; ++j) xs[bias_ids[j]] = __fadd_rn(xs[bias_ids[j]], bias[j]);
+    }
+    __syncthreads();
+    if (p.penalty_slot >= 0) {
+      // Each id by its own counts (ApplyPenalties); the _rn forms keep nvcc from fusing into fma.
+      const size_t base = static_cast<size_t>(p.penalty_slot) * V;
+      for (int i = tid; i < V; i += kThreads) {
+        const int32_t count = a.output_counts[base + i];
+        float v = xs[i];
+        if (p.repetition_penalty != 1.0f && (a.in_prompt[base + i] != 0 || count > 0)) {
+          v = v > 0 ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
+        }
+        if ((p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) && count > 0) {
+          v = __fsub_rn(v, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(count)),
+                                     p.presence_penalty));
+        }
+        xs[i] = v;
+      }
+      __syncthreads();
+    }
+    x = xs;
+    best = RowArgMax(x, V, shf, shi);
+    if (x[best] == -INFINITY) token = -2;  // every token masked: the raw fallback below
+  }
+
+  if (token == -2) {
+    // RawFallback.
+  } else if (p.temperature < 1e-5f) {
+    token = best;
   } else {
     const float temp = p.temperature;
-    const float max = l[raw_argmax] / temp;  // division is monotone: the max of x = l / temp
+    const float max = __fdiv_rn(x[best], temp);  // division is monotone: the max of x / temp
+    auto scaled = [&](int i) { return __fdiv_rn(x[i], temp); };
     // min_p: prob_i / max_prob = exp(x_i - max) < min_p.
-    auto masked1 = [&](float x) {
-      return p.min_p > 0.0f && exp(static_cast<double>(x) - max) < p.min_p;
+    auto masked1 = [&](float v) {
+      return p.min_p > 0.0f && exp(static_cast<double>(v) - max) < p.min_p;
     };
     // top_k: the k-th largest of x after min_p (masked = -inf), by radix select from the top.
     float kth = -INFINITY;
@@ -165,8 +280,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int d = tid; d < 256; d += kThreads) hist[d] = 0;
         __syncthreads();
         for (int i = tid; i < V; i += kThreads) {
-          const float x = l[i] / temp;
-          const uint32_t key = FloatKey(masked1(x) ? -INFINITY : x);
+          const float v = scaled(i);
+          const uint32_t key = FloatKey(masked1(v) ? -INFINITY : v);
           if (pass == 0 || (key >> (shift + 8)) == prefix)
             atomicAdd(&hist[(key >> shift) & 255u], 1u);
         }
@@ -186,8 +301,8 @@ __global__ void __launch_bounds__(kThreads)
       }
       kth = KeyFloat(prefix);
     }
-    auto masked2 = [&](float x) { return masked1(x) || (use_top_k && x < kth); };
-    auto weight2 = [&](float x) { return masked2(x) ? 0.0 : exp(static_cast<double>(x) - max); };
+    auto masked2 = [&](float v) { return masked1(v) || (use_top_k && v < kth); };
+    auto weight2 = [&](float v) { return masked2(v) ? 0.0 : exp(static_cast<double>(v) - max); };
     // top_p (vLLM's rule, as the CPU): tokens of weight <= small are dropped; the others, in
     // ascending (x, then larger id first) order, are dropped while the running mass / total stays
     // <= drop_mass; the most likely is always kept. The first kept key is found by radix descent
@@ -198,14 +313,14 @@ __global__ void __launch_bounds__(kThreads)
     if (use_top_p) {
       const double drop_mass = 1.0 - static_cast<double>(p.top_p);
       double part = 0.0;
-      for (int i = tid; i < V; i += kThreads) part += weight2(l[i] / temp);
+      for (int i = tid; i < V; i += kThreads) part += weight2(scaled(i));
       const double total = BlockSumD(part, shd);
       small = drop_mass / V * total;
       part = 0.0;
       for (int i = tid; i < V; i += kThreads) {
-        const float x = l[i] / temp;
-        if (!masked2(x)) {
-          const double w = exp(static_cast<double>(x) - max);
+        const float v = scaled(i);
+        if (!masked2(v)) {
+          const double w = exp(static_cast<double>(v) - max);
           if (w <= small) part += w;
         }
       }
@@ -220,12 +335,12 @@ __global__ void __launch_bounds__(kThreads)
         }
         __syncthreads();
         for (int i = tid; i < V; i += kThreads) {
-          const float x = l[i] / temp;
-          if (masked2(x)) continue;
-          const double w = exp(static_cast<double>(x) - max);
+          const float v = scaled(i);
+          if (masked2(v)) continue;
+          const double w = exp(static_cast<double>(v) - max);
           if (w <= small) continue;
           const uint64_t key =
-              (static_cast<uint64_t>(FloatKey(x)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+              (static_cast<uint64_t>(FloatKey(v)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
           if (pass == 0 || (key >> (shift + 8)) == prefix) {
             const unsigned d = static_cast<unsigned>(key >> shift) & 255u;
             atomicAdd(&hist[d], 1u);
@@ -261,12 +376,12 @@ __global__ void __launch_bounds__(kThreads)
       }
       first_kept = prefix;
     }
-    auto masked3 = [&](float x, int i) {
-      if (masked2(x)) return true;
+    auto masked3 = [&](float v, int i) {
+      if (masked2(v)) return true;
       if (!use_top_p) return false;
-      if (exp(static_cast<double>(x) - max) <= small) return true;
+      if (exp(static_cast<double>(v) - max) <= small) return true;
       const uint64_t key =
-          (static_cast<uint64_t>(FloatKey(x)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+          (static_cast<uint64_t>(FloatKey(v)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
       return key < first_kept;
     };
     // Inverse CDF in token-id order: contiguous chunks per thread, their sums scanned in order.
@@ -275,9 +390,9 @@ __global__ void __launch_bounds__(kThreads)
     double s = 0.0;
     int last_unmasked = -1;
     for (int i = i0; i < i1; ++i) {
-      const float x = l[i] / temp;
-      if (masked3(x, i)) continue;
-      s += exp(static_cast<double>(x) - max);
+      const float v = scaled(i);
+      if (masked3(v, i)) continue;
+      s += exp(static_cast<double>(v) - max);
       last_unmasked = i;
     }
     chunk[tid] = s;
@@ -285,7 +400,7 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0) {
       double total = 0.0;
       for (int t = 0; t < kThreads; ++t) total += chunk[t];
-      const double target = SamplingUniform(p.seed, p.output_index) * total;
+      const double target = DeviceSamplingUniform(p.seed, p.output_index) * total;
       double cum = 0.0;
       int pick = -1;
       for (int t = 0; t < kThreads; ++t) {
@@ -306,150 +421,109 @@ __global__ void __launch_bounds__(kThreads)
       const double target = shd[1];
       int found = -1;
       for (int i = i0; i < i1; ++i) {
-        const float x = l[i] / temp;
-        if (masked3(x, i)) continue;
+        const float v = scaled(i);
+        if (masked3(v, i)) continue;
         found = i;
-        cum += exp(static_cast<double>(x) - max);
+        cum += exp(static_cast<double>(v) - max);
         if (cum > target) break;
       }
       sh_int[1] = found;
     }
     __syncthreads();
-    token = sh_int[1];
+    token = sh_int[1];  // -1: NaN weights, the raw fallback
     __syncthreads();
   }
+  if (token < 0) {
+    // CpuSampler::RawFallback: the raw argmax among the allowed ids (all ids when none are given).
+    if (p.num_allowed == 0) {
+      token = raw_argmax;
+    } else {
+      const int32_t* allowed = a.ids + p.allowed_offset;
+      float bv = -INFINITY;
+      int bi = INT_MAX;
+      for (int j = tid; j < p.num_allowed; j += kThreads) Better(bv, bi, l[allowed[j]], allowed[j]);
+      token = BlockArgMax(bv, bi, shf, shi);
+    }
+  }
 
-  // Raw logprobs (as Sampler::FillLogprobs).
   if (p.num_logprobs >= 0) {
-    if (tid == 0) out.num_top = 0;
-    const float max = l[raw_argmax];
-    double part = 0.0;
-    for (int i = tid; i < V; i += kThreads) part += exp(static_cast<double>(l[i]) - max);
-    const double lse = max + log(BlockSumD(part, shd));
-    const float lt = token >= 0 ? l[token] : -INFINITY;
-    int count = 0;
-    for (int i = tid; i < V; i += kThreads) count += l[i] > lt;
-    for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
-    __syncthreads();
-    if (tid % 32 == 0) shi[tid / 32] = count;
-    __syncthreads();
-    if (tid == 0) {
-      int rank = 1;
-      for (int w = 0; w < kThreads / 32; ++w) rank += shi[w];
-      out.token = token;
-      out.rank = rank;
-      out.logprob = token >= 0 ? static_cast<float>(l[token] - lse) : -INFINITY;
-    }
-    __syncthreads();
-    // Top-n: n passes, each the best (larger value, then smaller id) after the previous pick.
-    const int n = min(min(p.num_logprobs, kMaxGpuLogprobs), V);
-    float pv = INFINITY;
-    int pi = -1;
-    for (int j = 0; j < n; ++j) {
-      float v = -INFINITY;
-      int vi = INT_MAX;
-      for (int i = tid; i < V; i += kThreads) {
-        const float x = l[i];
-        if (x < pv || (x == pv && i > pi)) Better(v, vi, x, i);
-      }
-      const int pick = BlockArgMax(v, vi, shf, shi);
-      if (pick == INT_MAX || pick < 0 || pick >= V) break;
-      pv = l[pick];
-      pi = pick;
-      if (tid == 0) {
-        out.top_ids[j] = pick;
-        out.top_logprobs[j] = static_cast<float>(l[pick] - lse);
-        out.num_top = j + 1;
-      }
-      __syncthreads();
-    }
+    RowLogprobs(l, V, token, p.num_logprobs, raw_argmax, res,
+                a.top + row * static_cast<size_t>(a.top_stride), shd, shf, shi);
   } else if (tid == 0) {
-    out.token = token;
-    out.num_top = 0;
+    res->token = token;
+    res->logprob = 0.0f;
+    res->rank = 0;
+    res->num_top = 0;
   }
 }
 
-std::string CudaError(const char* what, cudaError_t err) {
-  return std::string(what) + ": " + cudaGetErrorString(err);
+__global__ void __launch_bounds__(kThreads) ScoreKernel(ScoreArgs a) {
+  TS_SHARED_ARRAY(double, shd, 32);
+  TS_SHARED_ARRAY(float, shf, 32);
+  TS_SHARED_ARRAY(int, shi, 32);
+  const size_t row = blockIdx.x;
+  const float* l = a.logits + row * a.vocab;
+  const int raw_argmax = RowArgMax(l, a.vocab, shf, shi);
+  RowLogprobs(l, a.vocab, a.targets[row], a.num_top[row], raw_argmax, a.results + row,
+              a.top + row * static_cast<size_t>(a.top_stride), shd, shf, shi);
 }
 
-class CudaGpuSampler final : public GpuSampler {
- public:
-  CudaGpuSampler(int32_t vocab, int32_t max_rows) : vocab_(vocab), max_rows_(max_rows) {}
-  ~CudaGpuSampler() override {
-    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    cudaFree(d_rows_);
-    cudaFree(d_out_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+// Slot `slot`'s history = token_ids: the first num_prompt in_prompt, the rest counted (PenaltyState
+// ::Reset). Integer stores and atomics: the result does not depend on the order.
+__global__ void __launch_bounds__(kThreads)
+    PenaltySetKernel(int32_t* in_prompt, int32_t* output_counts, int32_t V, int32_t slot,
+                     const int32_t* token_ids, int32_t num_tokens, int32_t num_prompt) {
+  const size_t base = static_cast<size_t>(slot) * V;
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    in_prompt[base + i] = 0;
+    output_counts[base + i] = 0;
   }
-
-  Status Init() {
-    cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMalloc(&d_rows_, sizeof(GpuSamplingRow) * max_rows_);
-    if (e == cudaSuccess) e = cudaMalloc(&d_out_, sizeof(RowOut) * max_rows_);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return Unavailable(CudaError("GpuSampler", e));
+  __syncthreads();
+  for (int j = threadIdx.x; j < num_tokens; j += kThreads) {
+    if (j < num_prompt) {
+      in_prompt[base + token_ids[j]] = 1;
+    } else {
+      atomicAdd(&output_counts[base + token_ids[j]], 1);
     }
-    return Status::Ok();
   }
+}
 
-  Status Sample(const float* logits, const std::vector<GpuSamplingRow>& rows,
-                std::vector<GpuSampleResult>* out) override {
-    const int32_t n = static_cast<int32_t>(rows.size());
-    if (n > max_rows_) {
-      return InvalidArgument("GpuSampler: " + std::to_string(n) + " rows, at most " +
-                             std::to_string(max_rows_));
-    }
-    for (const GpuSamplingRow& r : rows) {
-      if (r.num_logprobs > kMaxGpuLogprobs) {
-        return InvalidArgument("GpuSampler: at most " + std::to_string(kMaxGpuLogprobs) +
-                               " logprobs");
-      }
-    }
-    out->assign(n, GpuSampleResult{});
-    if (n == 0) return Status::Ok();
-    host_out_.resize(n);
-    cudaMemcpyAsync(d_rows_, rows.data(), sizeof(GpuSamplingRow) * n, cudaMemcpyHostToDevice,
-                    stream_);
-    TS_LAUNCH(SampleKernel, n, kThreads, 0, stream_, logits, vocab_, d_rows_, d_out_);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) {
-      e = cudaMemcpyAsync(host_out_.data(), d_out_, sizeof(RowOut) * n, cudaMemcpyDeviceToHost,
-                          stream_);
-    }
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
-    if (e != cudaSuccess) return Internal(CudaError("GpuSampler::Sample", e));
-    for (int32_t i = 0; i < n; ++i) {
-      const RowOut& r = host_out_[i];
-      GpuSampleResult& g = (*out)[i];
-      g.token = r.token;
-      if (rows[i].num_logprobs >= 0) {
-        g.logprob = r.logprob;
-        g.rank = r.rank;
-        for (int32_t j = 0; j < r.num_top; ++j) g.top.emplace_back(r.top_ids[j], r.top_logprobs[j]);
-      }
-    }
-    return Status::Ok();
-  }
-
- private:
-  const int32_t vocab_, max_rows_;
-  cudaStream_t stream_ = nullptr;
-  GpuSamplingRow* d_rows_ = nullptr;
-  RowOut* d_out_ = nullptr;
-  std::vector<RowOut> host_out_;
-};
+// PenaltyState::AddOutput for tokens[i] into slot slots[i].
+__global__ void PenaltyAddKernel(int32_t* output_counts, int32_t V, const int32_t* slots,
+                                 const int32_t* tokens, int32_t n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(&output_counts[static_cast<size_t>(slots[i]) * V + tokens[i]], 1);
+}
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GpuSampler>> GpuSampler::Create(int32_t vocab_size, int32_t max_rows) {
-  if (vocab_size <= 0 || max_rows <= 0) {
-    return InvalidArgument("GpuSampler: vocab size and max rows must be positive");
-  }
-  auto s = std::make_unique<CudaGpuSampler>(vocab_size, max_rows);
-  TS_RETURN_IF_ERROR(s->Init());
-  return std::unique_ptr<GpuSampler>(std::move(s));
+cudaError_t LaunchSample(const SampleArgs& args, int32_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  TS_LAUNCH(SampleKernel, n, kThreads, 0, stream, args);
+  return cudaGetLastError();
 }
 
-}  // namespace tinyserve
+cudaError_t LaunchScore(const ScoreArgs& args, int32_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  TS_LAUNCH(ScoreKernel, n, kThreads, 0, stream, args);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPenaltySet(int32_t* in_prompt, int32_t* output_counts, int32_t vocab,
+                             int32_t slot, const int32_t* token_ids, int32_t num_tokens,
+                             int32_t num_prompt, cudaStream_t stream) {
+  TS_LAUNCH(PenaltySetKernel, 1, kThreads, 0, stream, in_prompt, output_counts, vocab, slot,
+            token_ids, num_tokens, num_prompt);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchPenaltyAdd(int32_t* output_counts, int32_t vocab, const int32_t* slots,
+                             const int32_t* tokens, int32_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  constexpr int kBlock = 128;
+  TS_LAUNCH(PenaltyAddKernel, (n + kBlock - 1) / kBlock, kBlock, 0, stream, output_counts, vocab,
+            slots, tokens, n);
+  return cudaGetLastError();
+}
+
+}  // namespace tinyserve::cuda

@@ -17,15 +17,6 @@
 namespace tinyserve {
 namespace {
 
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 // The contract of the batch-invariant GEMM (and of the CPU's): y[i, j] is one fmaf chain over k in
 // increasing order from 0.0f, on w as the backend stores it (bf16 weights widened exactly).
 std::vector<float> FmaChainGemm(const std::vector<float>& x, const std::vector<float>& w, int32_t m,

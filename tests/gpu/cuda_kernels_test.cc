@@ -16,15 +16,6 @@
 namespace tinyserve {
 namespace {
 
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 int32_t RandInt(std::mt19937& rng, int32_t lo, int32_t hi) {
   return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
 }

@@ -191,6 +191,10 @@ TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
 struct InvariantCase {
   std::vector<int32_t> prompt;
   int32_t max_tokens;
+  // Sampled (seeded, with penalties, min_tokens and logit_bias: every device-side feature) rather
+  // than greedy.
+  bool sampled = false;
+  uint64_t seed = 0;
 };
 
 std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& cases,
@@ -213,6 +217,19 @@ std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& ca
     req.prompt_token_ids = cases[i].prompt;
     req.sampling.temperature = 0.0f;
     req.sampling.max_tokens = cases[i].max_tokens;
+    if (cases[i].sampled) {
+      SamplingParams& p = req.sampling;
+      p.temperature = 0.9f;
+      p.top_k = 40;
+      p.top_p = 0.95f;
+      p.seed = cases[i].seed;
+      p.repetition_penalty = 1.3f;
+      p.frequency_penalty = 0.5f;
+      p.presence_penalty = 0.2f;
+      p.min_tokens = 4;
+      p.logit_bias = {{13, 1.5f}, {42, -2.0f}};
+      p.logprobs = 2;
+    }
     auto s = engine.Submit(req);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     if (s.ok()) streams.push_back(*s);
@@ -342,6 +359,47 @@ TEST_F(CudaModelTest, BatchInvariantLogitsAreBitwiseTheSameAloneBatchedChunkedAn
       }
     }
   }
+}
+
+// Seeded requests with penalties (their histories in the backend's device tables, rebuilt at
+// every re-registration after a preemption), min_tokens and logit_bias, sampled on the device:
+// the same tokens alone and crowded with preemptions (DESIGN §3's invariant).
+TEST_F(CudaModelTest, SeededPenalisedRequestsAreTheSameAloneAndPreemptedOnTheGpu) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> len(1, kOnHostLayer ? 8 : 48), tok(3, 511),
+      out(kOnHostLayer ? 16 : 20, kOnHostLayer ? 32 : 200);
+  std::vector<InvariantCase> cases(kOnHostLayer ? 6 : 48);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    InvariantCase& c = cases[i];
+    c.prompt = {1};
+    for (int32_t j = 1, l = len(rng); j < l; ++j) c.prompt.push_back(tok(rng));
+    c.max_tokens = out(rng);
+    c.sampled = true;
+    c.seed = 500 + i;
+  }
+  EngineConfig roomy;
+  roomy.max_num_seqs = 1;
+  roomy.max_num_batched_tokens = 256;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto runner = MakeRunner(MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/true), 16, 64);
+    ASSERT_NE(runner, nullptr);
+    for (const InvariantCase& c : cases)
+      alone.push_back(RunEngine({c}, *runner, roomy, nullptr)[0]);
+  }
+  auto runner = MakeRunner(MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/true), 16,
+                           kOnHostLayer ? 3 : 24);
+  ASSERT_NE(runner, nullptr);
+  EngineConfig config;
+  config.max_num_seqs = kOnHostLayer ? 16 : 64;
+  config.max_num_batched_tokens = 256;
+  int64_t preemptions = 0;
+  const auto crowded = RunEngine(cases, *runner, config, &preemptions);
+  ASSERT_EQ(crowded.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) EXPECT_EQ(crowded[i], alone[i]) << "request " << i;
+  EXPECT_GE(preemptions, kOnHostLayer ? 2 : 10);
+  EXPECT_EQ(runner->num_sampling_states(), 0u);  // every request released its state
+  EXPECT_EQ(runner->num_penalty_slots(), 0u);    // and its device history slot
 }
 
 TEST_F(CudaModelTest, PromptLogitRowsEqualTheCpuOnes) {

@@ -1,5 +1,5 @@
-// Helpers for the gpu tests (ctest label gpu): a CUDA backend or a clean skip that says why, and
-// host-side bf16 rounding for references.
+// Helpers for the gpu tests (ctest label gpu): a CUDA backend or a clean skip that says why, random
+// inputs, and host-side bf16 rounding for references.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +27,17 @@ inline constexpr bool kOnHostLayer = true;
 #else
 inline constexpr bool kOnHostLayer = false;
 #endif
+
+// A quiet NaN: outputs are poisoned with it, so an element a kernel forgets to write fails.
+inline constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// n floats drawn uniformly from [lo, hi).
+inline std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
 
 // Skips the current test (from SetUp or a test body) when no CUDA device can be used.
 #define TS_SKIP_WITHOUT_CUDA()                                                                  \

@@ -56,4 +56,8 @@ std::vector<std::string> TakeFaults();
 // The number of kernel launches executed (replays of recorded graphs included).
 int64_t NumKernelsRun();
 
+// The bytes copied device-to-host (cudaMemcpy and cudaMemcpyAsync with cudaMemcpyDeviceToHost)
+// since the process started.
+int64_t BytesCopiedToHost();
+
 }  // namespace tinyserve::gpu_host

@@ -72,6 +72,7 @@ struct State {
   std::vector<std::string> faults;
   std::string last_kernel = "(none)";
   int64_t kernels_run = 0;
+  int64_t bytes_to_host = 0;            // device-to-host bytes copied by cudaMemcpy(Async)
   std::vector<CUstream_st*> capturing;  // streams capturing now
 };
 
@@ -188,6 +189,8 @@ std::vector<std::string> TakeFaults() {
 }
 
 int64_t NumKernelsRun() { return S().kernels_run; }
+
+int64_t BytesCopiedToHost() { return S().bytes_to_host; }
 
 cudaError_t CheckDeviceRange(const void* ptr, size_t bytes, const char* what) {
   if (bytes == 0) return cudaSuccess;
@@ -410,6 +413,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (S().sticky != cudaSuccess) return S().sticky;
   const cudaError_t e = CheckCopy(dst, src, bytes, kind);
   if (e != cudaSuccess) return Fail(e);
+  if (kind == cudaMemcpyDeviceToHost) S().bytes_to_host += static_cast<int64_t>(bytes);
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -421,6 +425,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (S().sticky != cudaSuccess) return S().sticky;
   cudaError_t e = CheckCopy(dst, src, bytes, kind);
   if (e != cudaSuccess) return Fail(e);
+  if (kind == cudaMemcpyDeviceToHost) S().bytes_to_host += static_cast<int64_t>(bytes);
   e = Enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] {
     if (bytes > 0) std::memmove(dst, src, bytes);
     return cudaSuccess;
