@@ -152,20 +152,18 @@ void TraceWriter::OnTokenOutputs(const TokenOutputs& outputs) {
   MutexLock lock(mu_);
   if (file_ == nullptr) return;
   // A request's first token ends its prefill span; the tracker keeps the last output times for
-  // the decode spans.
-  LiveRequestMap<Track>& tracks = tracks_;
-  std::vector<uint64_t>& first_tokens = first_token_keys_;
-  first_tokens.clear();
+  // the decode spans. (The lambdas run inside this call, under mu_; the analysis cannot see it.)
+  first_token_keys_.clear();
   outputs_.Apply(
       outputs,
-      [&tracks](uint64_t key) {
-        Track* track = tracks.Find(key);
+      [this](uint64_t key) TS_NO_THREAD_SAFETY_ANALYSIS {
+        Track* track = tracks_.Find(key);
         return track == nullptr ? nullptr : &track->timeline;
       },
-      [&first_tokens](uint64_t key, const RequestTimeline::TokenOutput& out) {
-        if (out.is_first) first_tokens.push_back(key);
+      [this](uint64_t key, const RequestTimeline::TokenOutput& out) TS_NO_THREAD_SAFETY_ANALYSIS {
+        if (out.is_first) first_token_keys_.push_back(key);
       });
-  for (uint64_t key : first_tokens) {
+  for (uint64_t key : first_token_keys_) {
     const Track& track = *tracks_.Find(key);
     if (track.timeline.first_scheduled_ts) {
       WriteSpanLocked("prefill", track.tid, *track.timeline.first_scheduled_ts, outputs.ts);
