@@ -61,7 +61,7 @@ void LogLine(const std::string& line);
 // Sums the engine's per-step stats for the commands' summary lines. Engine thread only.
 class StepTotals final : public EngineObserver {
  public:
-  void OnRequestEvent(const Request&, const RequestEvent&) override {}
+  void OnRequestEvent(const RequestRecord&, const RequestEvent&) override {}
   bool wants_every_token_event() const override { return false; }
   void OnStep(const SchedulerStats& s) override {
     ++steps;

@@ -3,7 +3,8 @@
 // Everything that is stamped with a time (arrival, QUEUED, SCHEDULED, PREEMPTED, token outputs,
 // FINISHED) reads the same Clock, so interval identities hold exactly. Production code uses
 // SteadyClock; tests inject a FakeClock and move time by hand, which makes event timestamps exact.
-// Both implementations are thread-safe.
+// Both implementations are thread-safe. Part of the engine's observer interface (see
+// engine_observer.h): the time base of every stamp an observer gets.
 #pragma once
 
 #include <chrono>

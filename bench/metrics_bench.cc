@@ -6,14 +6,15 @@
 //
 // Part 1 runs the same decode workload through EngineCore twice per round, without and with the
 // MetricsObserver, alternating to cancel drift, and reports the median step time of each. Part 2
-// times the observer alone on the same event pattern (256 NEW_TOKENS events + OnStep per step).
+// times the observer alone on the same event pattern (one OnTokenOutputs of 256 requests + OnStep
+// per step).
 // Part 3 renders the registry after 10,000 finished requests.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,8 @@ double Seconds(BenchClock::time_point a, BenchClock::time_point b) {
 // observer interface itself.
 class NullObserver final : public EngineObserver {
  public:
-  void OnRequestEvent(const Request&, const RequestEvent&) override {}
+  void OnRequestEvent(const RequestRecord&, const RequestEvent&) override {}
+  void OnTokenOutputs(const TokenOutputs&) override {}
   void OnStep(const SchedulerStats&) override {}
   bool wants_every_token_event() const override { return false; }
 };
@@ -88,25 +90,29 @@ double EngineStepMicros(int32_t num_requests, int32_t num_steps, Observers obser
 }
 
 // Microseconds per step spent in the observer alone, on what a steady decode step of
-// `num_requests` requests delivers: OnStep with one ITL group of num_requests samples, steps
-// `step_us` apart in engine time (so it publishes as often as it would in the engine).
+// `num_requests` requests delivers: OnTokenOutputs with num_requests keys (the same requests as in
+// the step before) and OnStep, steps `step_us` apart in engine time (so it publishes as often as
+// it would in the engine).
 double ObserverStepMicros(int32_t num_requests, int32_t num_steps, double step_us) {
   PrometheusMetrics metrics(MetricsConfig{});
   MetricsObserver observer(&metrics);
-  std::deque<Request> requests(static_cast<size_t>(num_requests));
-  for (Request& r : requests) {
+  std::vector<uint64_t> keys;
+  for (int32_t i = 0; i < num_requests; ++i) {
+    RequestRecord r;
+    r.key = static_cast<uint64_t>(i);
     observer.OnRequestEvent(r, {EventType::kQueued, 0.0, 0, FinishReason::kNone});
     observer.OnRequestEvent(r, {EventType::kScheduled, 0.0, 0, FinishReason::kNone});
-    observer.OnRequestEvent(r, {EventType::kNewTokens, 0.005, 1, FinishReason::kNone});
+    keys.push_back(r.key);
   }
+  observer.OnTokenOutputs(TokenOutputs{0.005, keys});  // the first tokens
   SchedulerStats stats;
   stats.num_running = num_requests;
   stats.num_generation_tokens = num_requests;
   stats.num_computed_tokens = num_requests;
-  stats.itl_groups.push_back({step_us * 1e-6, num_requests});
   const auto start = BenchClock::now();
   for (int32_t s = 0; s < num_steps; ++s) {
-    stats.ts = 0.01 + step_us * 1e-6 * (s + 1);
+    stats.ts = 0.005 + step_us * 1e-6 * s;
+    observer.OnTokenOutputs(TokenOutputs{stats.ts + step_us * 1e-6, keys});
     observer.OnStep(stats);
   }
   return Seconds(start, BenchClock::now()) * 1e6 / num_steps;
@@ -116,22 +122,26 @@ double ObserverStepMicros(int32_t num_requests, int32_t num_steps, double step_u
 double RenderMillis(int32_t num_finished, size_t* text_bytes) {
   PrometheusMetrics metrics(MetricsConfig{});
   MetricsObserver observer(&metrics);
+  std::vector<int32_t> prompt(110, 1);
   for (int32_t i = 0; i < num_finished; ++i) {
-    Request r;
-    r.num_prompt_tokens = 10 + i % 100;
-    r.sampling.max_tokens = 64;
+    RequestRecord r;
+    r.key = static_cast<uint64_t>(i);
+    r.prompt_token_ids = std::span<const int32_t>(prompt.data(), 10 + i % 100);
+    r.max_tokens = 64;
     const double t = i * 0.001;
     observer.OnRequestEvent(r, {EventType::kQueued, t, 0, FinishReason::kNone});
     observer.OnRequestEvent(r, {EventType::kScheduled, t + 0.001, 0, FinishReason::kNone});
-    // 16 tokens 2 ms apart: the first as an event, the other 15 as one step's ITL group.
-    observer.OnRequestEvent(r, {EventType::kNewTokens, t + 0.002, 1, FinishReason::kNone});
-    r.token_ids.assign(static_cast<size_t>(r.num_prompt_tokens + 16), 1);
-    r.first_token_ts = t + 0.002;
-    r.last_token_ts = t + 0.032;
+    // 16 tokens 2 ms apart, one step each.
+    const uint64_t key = r.key;
+    for (int k = 0; k < 16; ++k) {
+      observer.OnTokenOutputs(
+          TokenOutputs{t + 0.002 * (k + 1), std::span<const uint64_t>(&key, 1)});
+    }
+    r.num_output_tokens = 16;
     observer.OnRequestEvent(r, {EventType::kFinished, t + 0.04, 0,
                                 i % 10 == 0 ? FinishReason::kAbort : FinishReason::kLength});
     SchedulerStats stats;
-    stats.itl_groups.push_back({0.002, 15});
+    stats.ts = t + 0.04;
     observer.OnStep(stats);
   }
   const int kRenders = 200;
@@ -170,7 +180,8 @@ int Run(int argc, char** argv) {
   std::sort(observer_rounds.begin(), observer_rounds.end());
   const double observer_us = observer_rounds[observer_rounds.size() / 2];
   std::printf(
-      "metrics_bench: MetricsObserver alone, OnStep with %d ITL samples, steps as far apart as "
+      "metrics_bench: MetricsObserver alone, OnTokenOutputs of %d steady requests + OnStep, steps "
+      "as far apart as "
       "the metrics-off ones, median round: %.3f us/step "
       "(%.1f%% of the metrics-off step)\n",
       num_requests, observer_us, 100.0 * observer_us / off_us);

@@ -164,17 +164,31 @@ void EngineCore::DispatchEvents(bool notify) {
       // A request's events of one step are consecutive: this skips its repeats.
       if (to_notify_.empty() || to_notify_.back() != &stream) to_notify_.push_back(&stream);
     }
-    // A request's outputs after its first go only to the observers that want every token; the
-    // others see them summarized in the step's SchedulerStats (EngineObserver).
-    const bool later_output =
-        rec.event.type == EventType::kNewTokens && req.num_output_tokens() != rec.event.num_tokens;
-    for (EngineObserver* observer : later_output ? every_token_observers_ : observers_) {
-      observer->OnRequestEvent(req, rec.event);
+    // Token outputs go one by one only to the observers that want every token; all observers
+    // get the step's outputs in one OnTokenOutputs() (EngineObserver).
+    const std::vector<EngineObserver*>& to =
+        rec.event.type == EventType::kNewTokens ? every_token_observers_ : observers_;
+    if (!to.empty()) {
+      const RequestRecord record = MakeRecord(req);
+      for (EngineObserver* observer : to) observer->OnRequestEvent(record, rec.event);
     }
   }
   scheduler_.ClearEvents();
   // The streams stay alive until the next step's ReleaseFinished().
   if (notify) NotifyStreams();
+}
+
+RequestRecord EngineCore::MakeRecord(const Request& req) {
+  RequestRecord r;
+  r.key = static_cast<uint64_t>(req.arrival_seq);
+  r.request_id = req.request_id;
+  r.arrival_ts = req.arrival_ts;
+  r.prompt_token_ids = std::span<const int32_t>(req.token_ids.data(), req.num_prompt_tokens);
+  r.num_output_tokens = req.num_output_tokens();
+  r.max_tokens = req.sampling.max_tokens;
+  r.params_n = req.params_n;
+  r.reports_params_n = req.reports_params_n;
+  return r;
 }
 
 void EngineCore::NotifyStreams() {
@@ -208,6 +222,11 @@ bool EngineCore::Step() {
         scheduler_.FailScheduled(result.status(), clock_->Now());
       } else if (TakeOutputs(plan, *result)) {
         scheduler_.Update(sampled_, clock_->Now());
+        // Before the step's events: the outputs precede the FINISHED events they led to.
+        const TokenOutputs& outputs = scheduler_.token_outputs();
+        if (!outputs.request_keys.empty()) {
+          for (EngineObserver* observer : observers_) observer->OnTokenOutputs(outputs);
+        }
       } else {
         // Out of memory for the step's logprobs: the batch fails, the engine serves on.
         scheduler_.FailScheduled(

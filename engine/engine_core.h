@@ -6,7 +6,8 @@
 //   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once)
 //   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) (it samples the rows that want a
 //   token and scores prompt-logit rows: prompt logprobs, pushed to their streams first)
-//   -> Scheduler::Update() (stop checks, finishes) -> events to streams and observers -> OnStep().
+//   -> Scheduler::Update() (stop checks, finishes) -> the step's token outputs to observers
+//   -> events to streams and observers -> OnStep().
 // An executor error (a non-OK status, or an exception thrown by Execute(), caught on the engine
 // thread) fails exactly the requests of that batch (reason error, the status as their error
 // message, blocks freed); the engine keeps serving the others. A DEVICE_LOST status is fatal: the
@@ -141,6 +142,8 @@ class EngineCore {
   // Hands the scheduler's events to streams and observers; wakes the streams now, or, with
   // notify false, at the next NotifyStreams() (before anything else dispatches).
   void DispatchEvents(bool notify = true);
+  // What observers are told about `req` (RequestRecord: no engine state).
+  static RequestRecord MakeRecord(const Request& req);
   void NotifyStreams();
   void Loop();
 

@@ -1,4 +1,6 @@
-// Request lifecycle events and finish reasons (DESIGN §4).
+// Request lifecycle events and finish reasons (DESIGN §4). Part of the engine's observer
+// interface (with engine_observer.h, scheduler_stats.h and clock.h): the only engine headers that
+// metrics/ includes. It holds plain values and includes nothing of the engine.
 //
 // The engine core records one RequestEvent per state change, stamped by the engine's Clock:
 //
@@ -9,10 +11,15 @@
 //   FINISHED    stop, length, abort or error                              that time
 //
 // Events go to the request's RequestStream (all but NEW_TOKENS, whose tokens carry their own
-// timestamps) and to every EngineObserver (all of them). Plain values.
+// timestamps) and to every EngineObserver, which is told about the request in a RequestRecord
+// (not the engine's Request) and gets a step's NEW_TOKENS as one TokenOutputs (EngineObserver).
+// The engine only stamps events; every interval (queue, prefill, TTFT, ITL, ...) is computed by
+// the observers from these stamps.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string_view>
 
 namespace tinyserve {
 
@@ -45,6 +52,34 @@ struct RequestEvent {
   FinishReason finish_reason = FinishReason::kNone;  // kFinished only
 
   friend bool operator==(const RequestEvent&, const RequestEvent&) = default;
+};
+
+// What an observer is told about the request of an event: the request as submitted and its token
+// count; nothing of the engine's state. The views are valid only during the observer call.
+struct RequestRecord {
+  // Unique among the engine's requests and never reused (acceptance order); the keys of
+  // TokenOutputs.
+  uint64_t key = 0;
+  std::string_view request_id;
+  double arrival_ts = 0.0;                    // Clock seconds, from the frontend
+  std::span<const int32_t> prompt_token_ids;  // [num_prompt_tokens]
+  int32_t num_output_tokens = 0;              // generated so far (kept across preemptions)
+  int32_t max_tokens = 0;                     // SamplingParams::max_tokens
+  // The n of the client request (n > 1 is n engine requests); exactly one of them reports it to
+  // vllm:request_params_n.
+  int32_t params_n = 1;
+  bool reports_params_n = true;
+
+  int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_token_ids.size()); }
+};
+
+// The NEW_TOKENS events of one engine step, in one value: every request of `request_keys` got one
+// token, stamped `ts` (the step's output time). Keys are in batch order, which keeps the running
+// order: requests in two consecutive TokenOutputs are in the same relative order in both
+// (observers may rely on that for speed, not for correctness).
+struct TokenOutputs {
+  double ts = 0.0;
+  std::span<const uint64_t> request_keys;  // RequestRecord::key, each at most once
 };
 
 }  // namespace tinyserve

@@ -6,7 +6,9 @@
 // blocks `block_ids` (block i holds positions [i * block_size, (i + 1) * block_size)).
 //
 // Lifecycle: WAITING -> RUNNING -> (PREEMPTED -> RUNNING)* -> FINISHED. A preempted request keeps
-// its outputs and is recomputed (prompt + outputs re-prefilled) when it runs again.
+// its outputs and is recomputed (prompt + outputs re-prefilled) when it runs again. A Request keeps
+// no lifecycle stamps: the engine records events (events.h), and observers, which see a
+// RequestRecord and never a Request, derive every time and count of the lifecycle from them.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +47,10 @@ struct Request {
   double arrival_ts = 0.0;
   int64_t arrival_seq = 0;  // order of acceptance by the engine; tie-breaker after arrival_ts
   std::optional<int32_t> eos_token_id;
-  int32_t params_n = 1;          // see EngineRequest
-  bool reports_params_n = true;  // see EngineRequest
-  uint64_t seed = 0;             // the sampling seed (SamplingParams::seed or drawn at submit)
+  // Passed through untouched to the observers' RequestRecord (see EngineRequest).
+  int32_t params_n = 1;
+  bool reports_params_n = true;
+  uint64_t seed = 0;  // the sampling seed (SamplingParams::seed or drawn at submit)
   std::shared_ptr<RequestStream> stream;  // where outputs go; may be null in scheduler tests
 
   // Tokens: [num_tokens()] = prompt then outputs.
@@ -71,14 +74,6 @@ struct Request {
   // The executor holds this request's sampling state (ScheduledBatch::new_requests), under the key
   // arrival_seq, until the request finishes (then the engine releases it: ModelExecutor::Release).
   bool registered_with_executor = false;
-
-  // Lifecycle stamps (engine Clock seconds).
-  double queued_ts = 0.0;
-  std::optional<double> first_scheduled_ts;  // frozen once set
-  std::optional<double> first_token_ts;      // frozen once set
-  double last_token_ts = 0.0;
-  double finished_ts = 0.0;
-  int32_t num_preemptions = 0;
 
   // Result.
   FinishReason finish_reason = FinishReason::kNone;

@@ -44,7 +44,6 @@ void Scheduler::AddRequest(std::unique_ptr<Request> req, double now) {
   Request* r = req.get();
   r->arrival_seq = next_arrival_seq_++;
   r->status = RequestStatus::kWaiting;
-  r->queued_ts = now;
   const bool inserted = requests_.emplace(r->request_id, std::move(req)).second;
   assert(inserted);
   (void)inserted;
@@ -104,7 +103,6 @@ void Scheduler::Finish(Request* req, FinishReason reason, double now) {
   }
   req->status = RequestStatus::kFinished;
   req->finish_reason = reason;
-  req->finished_ts = now;
   Record(req, EventType::kFinished, now);
   events_.back().event.finish_reason = reason;
   auto it = requests_.find(req->request_id);
@@ -124,7 +122,6 @@ void Scheduler::Preempt(Request* req, double now) {
   kv_.Free(*req);
   req->num_computed_tokens = 0;
   req->status = RequestStatus::kPreempted;
-  ++req->num_preemptions;
   ++num_preempted_waiting_;
   InsertWaiting(req, /*at_head=*/true);
   out_.preempted.push_back(req);
@@ -159,6 +156,7 @@ const SchedulerOutput& Scheduler::Schedule(double now) {
   out_.requests.clear();
   out_.num_new_tokens.clear();
   out_.preempted.clear();
+  token_outputs_ = TokenOutputs{};
   ResetStats(now);
   int32_t budget = config_.max_num_batched_tokens;
   static const std::vector<int32_t> kNoHits;
@@ -211,7 +209,6 @@ const SchedulerOutput& Scheduler::Schedule(double now) {
     }
     kv_.Allocate(*req, hits_, n);
     req->status = RequestStatus::kRunning;
-    if (!req->first_scheduled_ts) req->first_scheduled_ts = now;
     running_.push_back(req);
     Record(req, EventType::kScheduled, now);
     out_.requests.push_back(req);
@@ -306,6 +303,8 @@ bool Scheduler::CheckStop(Request& req) {
 
 void Scheduler::Update(const std::vector<int32_t>& sampled, double now) {
   int32_t row = 0;
+  token_outputs_.ts = now;
+  output_keys_.resize(sampled.size());
   bool any_finished = false;
   for (size_t s = 0; s < out_.requests.size(); ++s) {
     Request* req = out_.requests[s];
@@ -316,14 +315,9 @@ void Scheduler::Update(const std::vector<int32_t>& sampled, double now) {
     if (!out_.batch.sample[s]) continue;
     assert(row < static_cast<int32_t>(sampled.size()));
     req->token_ids.push_back(sampled[row]);
-    if (!req->first_token_ts) {
-      req->first_token_ts = now;
-      stats_.num_prompt_tokens += req->num_prompt_tokens;
-    } else {
-      stats_.AddItlSample(now - req->last_token_ts);
-    }
-    req->last_token_ts = now;
+    if (req->num_output_tokens() == 1) stats_.num_prompt_tokens += req->num_prompt_tokens;
     ++stats_.num_generation_tokens;
+    output_keys_[row] = static_cast<uint64_t>(req->arrival_seq);
     Record(req, EventType::kNewTokens, now);
     events_.back().event.num_tokens = 1;
     events_.back().sampled_row = row;
@@ -333,6 +327,7 @@ void Scheduler::Update(const std::vector<int32_t>& sampled, double now) {
       any_finished = true;
     }
   }
+  token_outputs_.request_keys = std::span<const uint64_t>(output_keys_.data(), row);
   if (!any_finished) return;
   auto is_finished = [](const Request* r) { return r->is_finished(); };
   std::vector<Request*> done;

@@ -105,6 +105,9 @@ class Scheduler {
   void FailScheduled(const Status& status, double now);
 
   const std::vector<EventRecord>& events() const { return events_; }
+  // The NEW_TOKENS of the last Update() (the requests that got a token, in batch order, and the
+  // output time); empty before the first Update() of a step. Valid until the next Schedule().
+  const TokenOutputs& token_outputs() const { return token_outputs_; }
   void ClearEvents() { events_.clear(); }
   const std::vector<std::unique_ptr<Request>>& finished() const { return finished_; }
   // The keys of requests that finished since the last call and had registered sampling state with
@@ -149,6 +152,8 @@ class Scheduler {
   SchedulerOutput out_;
   std::vector<int32_t> hits_;  // scratch for prefix lookups
   std::vector<EventRecord> events_;
+  std::vector<uint64_t> output_keys_;  // [num_sampled] storage of token_outputs_
+  TokenOutputs token_outputs_;
   std::vector<std::unique_ptr<Request>> finished_;
   // Keys of finished requests whose sampling state the executor still holds (TakeReleasedKeys).
   std::vector<uint64_t> pending_releases_;

@@ -1,11 +1,12 @@
 // SchedulerStats: what one engine step did and the state it left, for the metrics observer
-// (DESIGN §4, §5). Built by the Scheduler during Schedule() and Update(); the gauges are read
-// after Update(). A plain value; counts are for this step only unless noted.
+// (DESIGN §4, §5). Part of the engine's observer interface (see engine_observer.h). Built by the
+// Scheduler during Schedule() and Update(); the gauges are read after Update(). A plain value;
+// counts are for this step only unless noted. It holds counts and gauges, no intervals: the
+// observers compute those from the event stamps.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <vector>
 
 namespace tinyserve {
 
@@ -41,34 +42,9 @@ struct SchedulerStats {
   int64_t prefix_cache_hits = 0;      // of those, tokens found cached
   int32_t num_recomputed_tokens = 0;  // batch tokens re-prefilled because of a preemption
 
-  // Inter-token latency samples of this step (DESIGN §4): one per token output that is not its
-  // request's first, the gap since that request's previous output, grouped by equal gap. Every
-  // output of a step has the step's output time, so requests that also got a token in the
-  // previous step share one group: a steady decode step is a single group however large the
-  // batch. The sum of the counts is num_generation_tokens minus this step's first tokens.
-  struct ItlGroup {
-    double gap = 0.0;  // seconds of the engine Clock
-    int32_t count = 0;
-  };
-  std::vector<ItlGroup> itl_groups;
-
-  // Adds one ITL sample of `gap` seconds.
-  void AddItlSample(double gap) {
-    for (auto it = itl_groups.rbegin(); it != itl_groups.rend() && it - itl_groups.rbegin() < 4;
-         ++it) {
-      if (it->gap == gap) {
-        ++it->count;
-        return;
-      }
-    }
-    itl_groups.push_back({gap, 1});
-  }
-  // Zeroes the step's values, keeping the ITL groups' memory.
+  // Zeroes the step's values.
   void Reset(double now) {
-    std::vector<ItlGroup> groups = std::move(itl_groups);
-    groups.clear();
     *this = SchedulerStats{};
-    itl_groups = std::move(groups);
     ts = now;
   }
 };

@@ -17,30 +17,48 @@ MetricsObserver::MetricsObserver(PrometheusMetrics* metrics) : metrics_(metrics)
 
 MetricsObserver::~MetricsObserver() { PublishStepSamples(); }
 
-void MetricsObserver::OnRequestEvent(const Request& request, const RequestEvent& event) {
-  RequestTimeline* found = live_.Find(&request);
+void MetricsObserver::OnRequestEvent(const RequestRecord& request, const RequestEvent& event) {
+  // NEW_TOKENS come here only with wants_every_token_event() (not ours): OnTokenOutputs.
+  if (event.type == EventType::kNewTokens) return;
+  RequestTimeline* found = live_.Find(request.key);
   if (found == nullptr) {  // the first event of the request (normally QUEUED)
-    found = &live_.FindOrInsert(&request);
+    found = &live_.FindOrInsert(request.key);
     found->arrival_ts = request.arrival_ts;
   }
   RequestTimeline& timeline = *found;
-  if (event.type == EventType::kFinished) timeline.TakeOutputsFrom(request);
-  const RequestTimeline::TokenOutput out = timeline.Apply(event);
-  switch (event.type) {
-    case EventType::kNewTokens:  // the request's first output (EngineObserver)
-      if (out.is_first) metrics_->time_to_first_token.Observe(out.ttft);
-      break;
-    case EventType::kFinished:
-      finished_in_step_ = true;
-      OnFinished(request, timeline);
-      live_.Erase(&request);
-      break;
-    default:
-      break;
+  if (event.type == EventType::kFinished) {
+    outputs_.Settle(timeline);
+    timeline.TakeOutputsFrom(request);
+  }
+  timeline.Apply(event);
+  if (event.type == EventType::kFinished) {
+    finished_in_step_ = true;
+    OnFinished(request, timeline);
+    live_.Erase(request.key);
   }
 }
 
-void MetricsObserver::OnFinished(const Request& request, const RequestTimeline& timeline) {
+void MetricsObserver::AddItlSamples(double gap, int32_t count) {
+  pending_.itl_buckets[BucketIndex(metrics_->token_latency_buckets(), gap)] += count;
+  pending_.itl_sum += gap * count;
+  pending_.itl_count += count;
+}
+
+void MetricsObserver::OnTokenOutputs(const TokenOutputs& outputs) {
+  const double previous_ts = outputs_.last_ts();
+  const int32_t num_continuing = outputs_.Apply(
+      outputs, [this](uint64_t key) { return live_.Find(key); },
+      [this](uint64_t, const RequestTimeline::TokenOutput& out) {
+        if (out.is_first) {
+          metrics_->time_to_first_token.Observe(out.ttft);
+        } else {
+          AddItlSamples(out.itl, 1);
+        }
+      });
+  if (num_continuing > 0) AddItlSamples(outputs.ts - previous_ts, num_continuing);
+}
+
+void MetricsObserver::OnFinished(const RequestRecord& request, const RequestTimeline& timeline) {
   PrometheusMetrics& m = *metrics_;
   const RequestIntervals iv = timeline.Intervals();
   m.e2e_latency.Observe(iv.e2e);
@@ -49,9 +67,9 @@ void MetricsObserver::OnFinished(const Request& request, const RequestTimeline& 
   if (iv.decode) m.decode_time.Observe(*iv.decode);
   if (iv.inference) m.inference_time.Observe(*iv.inference);
   if (iv.tpot) m.time_per_output_token.Observe(*iv.tpot);
-  m.request_prompt_tokens.Observe(request.num_prompt_tokens);
+  m.request_prompt_tokens.Observe(request.num_prompt_tokens());
   m.request_generation_tokens.Observe(timeline.num_generation_tokens);
-  m.request_max_tokens.Observe(request.sampling.max_tokens);
+  m.request_max_tokens.Observe(request.max_tokens);
   if (request.reports_params_n) m.request_n.Observe(request.params_n);  // once per client request
   m.request_num_preemptions.Observe(timeline.num_preemptions);
   if (timeline.finish_reason != FinishReason::kNone) {
@@ -112,13 +130,9 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
     m.prefix_cache_hits.Increment(static_cast<double>(s.prefix_cache_hits));
   }
   if (s.num_recomputed_tokens > 0) m.recomputed_tokens.Increment(s.num_recomputed_tokens);
-  // What happens in every busy step: gathered, published every kPublishInterval of engine time
-  // and whenever the engine has nothing left to do.
-  for (const SchedulerStats::ItlGroup& g : s.itl_groups) {
-    pending_.itl_buckets[BucketIndex(m.token_latency_buckets(), g.gap)] += g.count;
-    pending_.itl_sum += g.gap * g.count;
-    pending_.itl_count += g.count;
-  }
+  // What happens in every busy step (the ITL samples of OnTokenOutputs included): gathered,
+  // published every kPublishInterval of engine time and whenever the engine has nothing left to
+  // do.
   if (s.num_computed_tokens > 0) {
     pending_.iteration_buckets[BucketIndex(m.iteration_tokens_buckets(), s.num_computed_tokens)] +=
         1.0;

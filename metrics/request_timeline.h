@@ -19,6 +19,11 @@
 // outputs of the request, as in vLLM V1: a step that outputs k > 1 tokens for it gives one sample
 // (its gap), not k; a preemption during decode shows as one large gap.
 //
+// An observer that gets token outputs a step at a time (TokenOutputTracker) applies only the
+// outputs that do not continue from the last output step; while `in_last_output_step` is true,
+// last_token_ts and num_generation_tokens lag behind, and the tracker's Settle() brings them up
+// to date before FINISHED is applied.
+//
 // A plain value; not thread-safe.
 #pragma once
 
@@ -26,7 +31,6 @@
 #include <optional>
 
 #include "engine/events.h"
-#include "engine/request.h"
 
 namespace tinyserve {
 
@@ -42,7 +46,8 @@ struct RequestTimeline {
   double last_token_ts = 0.0;            // valid iff first_token_ts
   int32_t num_generation_tokens = 0;
   int32_t num_preemptions = 0;
-  double arrival_ts = 0.0;  // from the frontend (EngineRequest::arrival_ts)
+  bool in_last_output_step = false;  // TokenOutputTracker: got a token in its last output step
+  double arrival_ts = 0.0;           // from the frontend (EngineRequest::arrival_ts)
   std::optional<double> queued_ts;
   std::optional<double> first_scheduled_ts;  // frozen once set
   std::optional<double> preempted_ts;        // set while preempted (PREEMPTED to next SCHEDULED)
@@ -59,13 +64,10 @@ struct RequestTimeline {
   // Applies one event; returns what a NEW_TOKENS event produced (default for other types).
   TokenOutput Apply(const RequestEvent& event);
 
-  // Takes the last output time and the generated-token count from the engine's Request: outputs
-  // after a request's first reach observers only as step summaries (EngineObserver), so an
-  // observer calls this before applying FINISHED. The Request's stamps are the events' stamps.
-  void TakeOutputsFrom(const Request& request) {
-    if (!first_token_ts) return;
-    last_token_ts = request.last_token_ts;
-    num_generation_tokens = request.num_output_tokens();
+  // Takes the generated-token count from the FINISHED event's record (outputs that continued a
+  // run were not applied one by one).
+  void TakeOutputsFrom(const RequestRecord& request) {
+    num_generation_tokens = request.num_output_tokens;
   }
 
   // Returns true iff FINISHED was applied.

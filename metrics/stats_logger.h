@@ -33,7 +33,7 @@ class StatsLogger final : public EngineObserver {
 
   StatsLogger(const Clock* clock, Sink sink, double interval_s = 5.0);
 
-  void OnRequestEvent(const Request&, const RequestEvent&) override {}
+  void OnRequestEvent(const RequestRecord&, const RequestEvent&) override {}
   void OnStep(const SchedulerStats& stats) override;
   bool wants_every_token_event() const override { return false; }
 

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <string_view>
+#include <vector>
 
 #include "base/json_writer.h"
 
@@ -65,12 +67,14 @@ void TraceWriter::WriteSpanLocked(const char* name, int64_t tid, double begin, d
   WriteEventLocked(scratch_);
 }
 
-void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& event) {
+void TraceWriter::OnRequestEvent(const RequestRecord& request, const RequestEvent& event) {
+  // NEW_TOKENS come here only with wants_every_token_event() (not ours): OnTokenOutputs.
+  if (event.type == EventType::kNewTokens) return;
   MutexLock lock(mu_);
   if (file_ == nullptr) return;
-  Track* track = tracks_.Find(&request);
+  Track* track = tracks_.Find(request.key);
   if (track == nullptr) {
-    track = &tracks_.FindOrInsert(&request);
+    track = &tracks_.FindOrInsert(request.key);
     track->tid = next_tid_++;
     track->timeline.arrival_ts = request.arrival_ts;
     scratch_.clear();
@@ -81,8 +85,11 @@ void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& eve
     WriteEventLocked(scratch_);
   }
   RequestTimeline& t = track->timeline;
+  if (event.type == EventType::kFinished) {
+    outputs_.Settle(t);
+    t.TakeOutputsFrom(request);
+  }
   const RequestTimeline before = t;
-  if (event.type == EventType::kFinished) t.TakeOutputsFrom(request);
   t.Apply(event);
   switch (event.type) {
     case EventType::kScheduled:
@@ -91,11 +98,6 @@ void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& eve
       }
       if (before.preempted_ts)
         WriteSpanLocked("preempted", track->tid, *before.preempted_ts, event.ts);
-      break;
-    case EventType::kNewTokens:
-      if (!before.first_token_ts && t.first_scheduled_ts) {
-        WriteSpanLocked("prefill", track->tid, *t.first_scheduled_ts, event.ts);
-      }
       break;
     case EventType::kFinished: {
       if (t.preempted_ts) WriteSpanLocked("preempted", track->tid, *t.preempted_ts, event.ts);
@@ -113,11 +115,34 @@ void TraceWriter::OnRequestEvent(const Request& request, const RequestEvent& eve
               kRequestsPid, static_cast<long long>(track->tid), Micros(event.ts),
               FinishReasonName(event.finish_reason), t.num_preemptions, t.num_generation_tokens);
       WriteEventLocked(scratch_);
-      tracks_.Erase(&request);
+      tracks_.Erase(request.key);
       break;
     }
     default:
       break;
+  }
+}
+
+void TraceWriter::OnTokenOutputs(const TokenOutputs& outputs) {
+  MutexLock lock(mu_);
+  if (file_ == nullptr) return;
+  // A request's first token ends its prefill span; the tracker keeps the last output times for
+  // the decode spans. (The lambdas run inside this call, under mu_; the analysis cannot see it.)
+  first_token_keys_.clear();
+  outputs_.Apply(
+      outputs,
+      [this](uint64_t key) TS_NO_THREAD_SAFETY_ANALYSIS {
+        Track* track = tracks_.Find(key);
+        return track == nullptr ? nullptr : &track->timeline;
+      },
+      [this](uint64_t key, const RequestTimeline::TokenOutput& out) TS_NO_THREAD_SAFETY_ANALYSIS {
+        if (out.is_first) first_token_keys_.push_back(key);
+      });
+  for (uint64_t key : first_token_keys_) {
+    const Track& track = *tracks_.Find(key);
+    if (track.timeline.first_scheduled_ts) {
+      WriteSpanLocked("prefill", track.tid, *track.timeline.first_scheduled_ts, outputs.ts);
+    }
   }
 }
 

@@ -24,12 +24,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "engine/engine_observer.h"
 #include "metrics/live_request_map.h"
 #include "metrics/request_timeline.h"
+#include "metrics/token_output_tracker.h"
 
 namespace tinyserve {
 
@@ -40,7 +42,8 @@ class TraceWriter final : public EngineObserver {
   static StatusOr<std::unique_ptr<TraceWriter>> Open(const std::string& path);
   ~TraceWriter() override;  // Close()
 
-  void OnRequestEvent(const Request& request, const RequestEvent& event) override;
+  void OnRequestEvent(const RequestRecord& request, const RequestEvent& event) override;
+  void OnTokenOutputs(const TokenOutputs& outputs) override;
   void OnStep(const SchedulerStats& stats) override;
   bool wants_every_token_event() const override { return false; }
 
@@ -62,6 +65,8 @@ class TraceWriter final : public EngineObserver {
   std::FILE* file_ TS_GUARDED_BY(mu_);  // null once closed
   const std::string path_;
   LiveRequestMap<Track> tracks_ TS_GUARDED_BY(mu_);
+  TokenOutputTracker outputs_ TS_GUARDED_BY(mu_);
+  std::vector<uint64_t> first_token_keys_ TS_GUARDED_BY(mu_);  // OnTokenOutputs scratch
   int64_t next_tid_ TS_GUARDED_BY(mu_) = 1;
   bool first_event_ TS_GUARDED_BY(mu_) = true;
   std::string scratch_ TS_GUARDED_BY(mu_);  // reused event buffer

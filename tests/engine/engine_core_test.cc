@@ -1,8 +1,10 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -122,7 +124,7 @@ class FirstTokenRecorder final : public RecordingObserver {
   bool wants_every_token_event() const override { return false; }
 };
 
-TEST(EngineCoreTest, OptedOutObserversGetFirstTokensAndItlGroups) {
+TEST(EngineCoreTest, OptedOutObserversGetLifecycleEventsAndEveryStepsTokenOutputs) {
   Harness h(/*num_blocks=*/6, /*block_size=*/2, Budget(64));  // the scenario of the test above
   FirstTokenRecorder first_only;
   h.core.AddObserver(&first_only);
@@ -130,35 +132,34 @@ TEST(EngineCoreTest, OptedOutObserversGetFirstTokensAndItlGroups) {
   h.Submit(MakeEngineRequest("c", Prompt(1, 2), 3));
   h.Submit(MakeEngineRequest("b", Prompt(3, 3), 8));
   h.RunUntilIdle();
+  // No NEW_TOKENS one by one: the lifecycle events only.
   EXPECT_EQ(first_only.events["b"],
-            (Events{Queued(0), Scheduled(0), Tokens(1), Preempted(2), Scheduled(3), Preempted(4),
-                    Scheduled(9), Finished(14, FinishReason::kLength)}));
-  // Step 3 outputs at t=4: a's gap is 1 s, b's 2 s (it was preempted at 2 and resumed at 3).
-  // Step 9 outputs at t=10: only b, 6 s after its output at 4.
-  using Group = SchedulerStats::ItlGroup;
-  auto groups = [&](size_t step) {
-    std::vector<std::pair<double, int32_t>> g;
-    for (const Group& x : h.recorder.steps[step].itl_groups) g.emplace_back(x.gap, x.count);
-    std::sort(g.begin(), g.end());
-    return g;
-  };
-  EXPECT_EQ(groups(0), (std::vector<std::pair<double, int32_t>>{}));  // first tokens only
-  EXPECT_EQ(groups(1), (std::vector<std::pair<double, int32_t>>{{1.0, 3}}));
-  EXPECT_EQ(groups(3), (std::vector<std::pair<double, int32_t>>{{1.0, 1}, {2.0, 1}}));
-  EXPECT_EQ(groups(9), (std::vector<std::pair<double, int32_t>>{{6.0, 1}}));
-  // Over the run: one sample per output after a request's first, and their gaps sum to each
-  // request's last - first token time (a: 1..9, c: 1..3, b: 1..14).
-  int64_t samples = 0, tokens = 0;
-  double gap_sum = 0.0;
-  for (const SchedulerStats& s : h.recorder.steps) {
-    tokens += s.num_generation_tokens;
-    for (const Group& g : s.itl_groups) {
-      samples += g.count;
-      gap_sum += g.gap * g.count;
-    }
+            (Events{Queued(0), Scheduled(0), Preempted(2), Scheduled(3), Preempted(4), Scheduled(9),
+                    Finished(14, FinishReason::kLength)}));
+  // The tokens come a step at a time, stamped with the step's output time, in batch order: the
+  // same outputs the every-token recorder got one by one.
+  EXPECT_EQ(first_only.token_outputs, h.recorder.token_outputs);
+  ASSERT_GE(first_only.token_outputs.size(), 4u);
+  using Outputs = std::pair<double, std::vector<std::string>>;
+  EXPECT_EQ(first_only.token_outputs[0], (Outputs{1.0, {"a", "c", "b"}}));
+  EXPECT_EQ(first_only.token_outputs[2], (Outputs{3.0, {"a", "c"}}));  // b preempted at 2
+  EXPECT_EQ(first_only.token_outputs[3], (Outputs{4.0, {"a", "b"}}));  // c finished at 3
+  std::map<std::string, std::vector<RequestEvent>> tokens;
+  int64_t num_outputs = 0;
+  for (const auto& [ts, ids] : first_only.token_outputs) {
+    for (const std::string& id : ids) tokens[id].push_back(Tokens(ts));
+    num_outputs += static_cast<int64_t>(ids.size());
   }
-  EXPECT_EQ(samples, tokens - 3);
-  EXPECT_EQ(gap_sum, 8.0 + 2.0 + 13.0);
+  for (const auto& [id, events] : h.recorder.events) {
+    Events expected;
+    for (const RequestEvent& e : events) {
+      if (e.type == EventType::kNewTokens) expected.push_back(e);
+    }
+    EXPECT_EQ(tokens[id], expected) << id;
+  }
+  int64_t num_generated = 0;
+  for (const SchedulerStats& st : h.recorder.steps) num_generated += st.num_generation_tokens;
+  EXPECT_EQ(num_outputs, num_generated);
 }
 
 TEST(EngineCoreTest, RequestAbortedWhilePreempted) {

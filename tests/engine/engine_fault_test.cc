@@ -229,7 +229,7 @@ TEST(EngineFaultTest, DeviceLostWakesConsumersBlockedOnTheEngineThread) {
 TEST(EngineFaultTest, AnExceptionEscapingAStepKillsTheEngineNotTheProcess) {
   class ThrowingObserver final : public EngineObserver {
    public:
-    void OnRequestEvent(const Request&, const RequestEvent&) override {}
+    void OnRequestEvent(const RequestRecord&, const RequestEvent&) override {}
     void OnStep(const SchedulerStats&) override {
       if (++num_steps_ == 3) throw std::bad_alloc();
     }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -38,20 +39,32 @@ inline RequestEvent Finished(double ts, FinishReason reason) {
   return {EventType::kFinished, ts, 0, reason};
 }
 
-// Records every event per request id, and every step's stats.
+// Records every event per request id, every step's token outputs (request ids and time), and every
+// step's stats; at FINISHED, the request's number of PREEMPTED events.
 class RecordingObserver : public EngineObserver {
  public:
-  void OnRequestEvent(const Request& request, const RequestEvent& event) override {
-    events[request.request_id].push_back(event);
-    if (event.type == EventType::kFinished) {
-      num_preemptions[request.request_id] = request.num_preemptions;
-    }
+  void OnRequestEvent(const RequestRecord& request, const RequestEvent& event) override {
+    const std::string id(request.request_id);
+    if (event.type == EventType::kQueued) id_of_key[request.key] = id;
+    events[id].push_back(event);
+    if (event.type == EventType::kPreempted) ++preempted_[id];
+    if (event.type == EventType::kFinished) num_preemptions[id] = preempted_[id];
+  }
+  void OnTokenOutputs(const TokenOutputs& outputs) override {
+    std::vector<std::string> ids;
+    for (uint64_t key : outputs.request_keys) ids.push_back(id_of_key.at(key));
+    token_outputs.emplace_back(outputs.ts, std::move(ids));
   }
   void OnStep(const SchedulerStats& stats) override { steps.push_back(stats); }
 
   std::map<std::string, std::vector<RequestEvent>> events;
   std::map<std::string, int32_t> num_preemptions;
+  std::map<uint64_t, std::string> id_of_key;
+  std::vector<std::pair<double, std::vector<std::string>>> token_outputs;  // per output step
   std::vector<SchedulerStats> steps;
+
+ private:
+  std::map<std::string, int32_t> preempted_;
 };
 
 inline EngineRequest MakeEngineRequest(const std::string& id, std::vector<int32_t> prompt,

@@ -202,7 +202,7 @@ std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& ca
                                             int64_t* preemptions) {
   class Counter final : public EngineObserver {
    public:
-    void OnRequestEvent(const Request&, const RequestEvent&) override {}
+    void OnRequestEvent(const RequestRecord&, const RequestEvent&) override {}
     void OnStep(const SchedulerStats& s) override { n += s.num_preemptions; }
     int64_t n = 0;
   } counter;

@@ -85,8 +85,8 @@ class LogitsRecorder final : public ModelExecutor {
 // Counts what the scenario is meant to exercise.
 class ScenarioObserver final : public EngineObserver {
  public:
-  void OnRequestEvent(const Request& r, const RequestEvent& e) override {
-    if (e.type == EventType::kPreempted) ++preemptions_of[r.request_id];
+  void OnRequestEvent(const RequestRecord& r, const RequestEvent& e) override {
+    if (e.type == EventType::kPreempted) ++preemptions_of[std::string(r.request_id)];
   }
   void OnStep(const SchedulerStats& stats) override {
     prefix_cache_hits += stats.prefix_cache_hits;

@@ -21,7 +21,7 @@ const std::string kShared = TINYSERVE_SHARED_DIR;
 
 class CountingObserver final : public EngineObserver {
  public:
-  void OnRequestEvent(const Request&, const RequestEvent&) override {}
+  void OnRequestEvent(const RequestRecord&, const RequestEvent&) override {}
   void OnStep(const SchedulerStats& stats) override {
     preemptions += stats.num_preemptions;
     last = stats;

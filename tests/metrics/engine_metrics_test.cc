@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -246,6 +249,84 @@ TEST(EngineMetricsTest, AbortOfTheLastRequestDoesNotRecountTheLastStep) {
   EXPECT_EQ(h.metrics.prompt_tokens.Value(), 3.0);
   EXPECT_EQ(Read(h.metrics.iteration_tokens).count, 2u);
   EXPECT_EQ(Success(h, FinishReason::kAbort), 1.0);
+}
+
+// The per-bucket counts of `values` (cumulative, then +Inf), as a histogram with `buckets` has
+// them.
+std::vector<uint64_t> Cumulative(const std::vector<double>& buckets,
+                                 const std::vector<double>& values) {
+  std::vector<uint64_t> counts(buckets.size() + 1, 0);
+  for (double v : values) ++counts[BucketIndex(buckets, v)];
+  for (size_t i = 1; i < counts.size(); ++i) counts[i] += counts[i - 1];
+  return counts;
+}
+
+// Every ITL sample and every TTFT is computed from the event times: on random workloads with
+// preemptions (several per request), n > 1 requests (siblings share a prompt), aborts and
+// requests arriving while others decode, vllm:inter_token_latency_seconds and
+// vllm:time_to_first_token_seconds hold, bucket by bucket, exactly the gaps between consecutive
+// NEW_TOKENS times of each request (and each first token's time since arrival) that an
+// every-token observer saw, and vllm:request_params_n one sample per client request.
+TEST(EngineMetricsTest, ItlAndTtftAreTheEventTimesGapsOnRandomWorkloads) {
+  int64_t total_preemptions = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937 rng(seed);
+    Harness h(/*num_blocks=*/10 + static_cast<int32_t>(rng() % 8), /*block_size=*/2,
+              /*budget=*/8 + static_cast<int32_t>(rng() % 24));
+    int num_client_requests = 0, sum_n = 0, next_id = 0;
+    std::vector<std::string> ids;
+    std::vector<double> arrival;  // by request id number
+    for (int step = 0; step < 200 && (step < 60 || h.core.HasPendingWork()); ++step) {
+      if (step < 60 && rng() % 3 == 0) {
+        const int n = rng() % 4 == 0 ? 3 : 1;
+        const int32_t prompt_len = 1 + static_cast<int32_t>(rng() % 6);
+        const int32_t salt = static_cast<int32_t>(rng() % 1000);
+        const int32_t max_tokens = 1 + static_cast<int32_t>(rng() % 10);
+        for (int j = 0; j < n; ++j) {
+          EngineRequest r =
+              MakeEngineRequest(Name("r", next_id), Prompt(prompt_len, salt), max_tokens);
+          r.params_n = n;
+          r.reports_params_n = j == 0;
+          r.arrival_ts = h.clock.Now() - 0.25 * (rng() % 4);  // waited in the frontend
+          arrival.push_back(r.arrival_ts);
+          ids.push_back(r.request_id);
+          ++next_id;
+          h.Submit(std::move(r));
+        }
+        ++num_client_requests;
+        sum_n += n;
+      }
+      if (step < 60 && rng() % 11 == 0 && !ids.empty()) h.core.Abort(ids[rng() % ids.size()]);
+      h.core.Step();
+    }
+    h.RunUntilIdle();
+    std::vector<double> itl, ttft;
+    for (int i = 0; i < next_id; ++i) {
+      const std::vector<RequestEvent>& events = h.recorder.events[Name("r", i)];
+      std::optional<double> last;
+      for (const RequestEvent& e : events) {
+        if (e.type != EventType::kNewTokens) continue;
+        if (last) {
+          itl.push_back(e.ts - *last);
+        } else {
+          ttft.push_back(e.ts - arrival[static_cast<size_t>(i)]);
+        }
+        last = e.ts;
+      }
+      total_preemptions += h.recorder.num_preemptions[Name("r", i)];
+    }
+    const PrometheusMetrics& m = h.metrics;
+    EXPECT_EQ(Read(m.inter_token_latency).cumulative, Cumulative(m.token_latency_buckets(), itl));
+    EXPECT_EQ(Read(m.time_to_first_token).cumulative, Cumulative(TtftBuckets(), ttft));
+    double itl_sum = 0.0;
+    for (double v : itl) itl_sum += v;
+    EXPECT_EQ(Read(m.inter_token_latency).sum, itl_sum);  // binary-exact times: no rounding
+    EXPECT_EQ(Read(m.request_n).count, static_cast<uint64_t>(num_client_requests));
+    EXPECT_EQ(Read(m.request_n).sum, static_cast<double>(sum_n));
+    EXPECT_EQ(h.observer.num_live_requests(), 0u);
+  }
+  EXPECT_GT(total_preemptions, 10);  // the workloads do preempt
 }
 
 TEST(EngineMetricsTest, StopAbortsPendingRequestsAndCountsThem) {

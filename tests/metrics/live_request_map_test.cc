@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -12,12 +13,16 @@ namespace tinyserve {
 namespace {
 
 TEST(LiveRequestMapTest, MatchesUnorderedMapUnderRandomOperations) {
-  std::vector<int64_t> objects(5000);  // their addresses are the keys
+  // Keys as the engine makes them (counting from 0), sparse ones, and the largest storable.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 4000; ++k) keys.push_back(k);
+  for (uint64_t k = 1; k <= 999; ++k) keys.push_back(k * 0x100000001ull);
+  keys.push_back(LiveRequestMap<int64_t>::kEmpty - 1);
   LiveRequestMap<int64_t> map(/*initial_capacity=*/8);
-  std::unordered_map<const void*, int64_t> ref;
+  std::unordered_map<uint64_t, int64_t> ref;
   std::mt19937 rng(7);
   for (int op = 0; op < 200000; ++op) {
-    const void* key = &objects[rng() % objects.size()];
+    const uint64_t key = keys[rng() % keys.size()];
     if (rng() % 3 == 0) {
       map.Erase(key);
       ref.erase(key);
@@ -27,9 +32,9 @@ TEST(LiveRequestMapTest, MatchesUnorderedMapUnderRandomOperations) {
     }
     if (op % 1000 == 0) {
       ASSERT_EQ(map.size(), ref.size());
-      for (const int64_t& o : objects) {
-        const int64_t* v = map.Find(&o);
-        auto it = ref.find(&o);
+      for (const uint64_t k : keys) {
+        const int64_t* v = map.Find(k);
+        auto it = ref.find(k);
         ASSERT_EQ(v != nullptr, it != ref.end());
         if (v != nullptr) {
           ASSERT_EQ(*v, it->second);
@@ -40,15 +45,15 @@ TEST(LiveRequestMapTest, MatchesUnorderedMapUnderRandomOperations) {
 }
 
 TEST(LiveRequestMapTest, ErasedEntriesComeBackDefault) {
-  int a = 0, b = 0;
+  const uint64_t a = 0, b = 1;
   LiveRequestMap<int> map;
-  map.FindOrInsert(&a) = 5;
-  map.FindOrInsert(&b) = 6;
-  map.Erase(&a);
-  map.Erase(&a);  // absent: no-op
-  EXPECT_EQ(map.Find(&a), nullptr);
-  EXPECT_EQ(*map.Find(&b), 6);
-  EXPECT_EQ(map.FindOrInsert(&a), 0);
+  map.FindOrInsert(a) = 5;
+  map.FindOrInsert(b) = 6;
+  map.Erase(a);
+  map.Erase(a);  // absent: no-op
+  EXPECT_EQ(map.Find(a), nullptr);
+  EXPECT_EQ(*map.Find(b), 6);
+  EXPECT_EQ(map.FindOrInsert(a), 0);
   EXPECT_EQ(map.size(), 2u);
 }
 

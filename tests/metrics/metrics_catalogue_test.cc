@@ -69,7 +69,7 @@ const std::vector<Expected>& Catalogue() {
 std::string RenderAfterOneRequest(PrometheusMetrics& metrics) {
   MetricsObserver observer(&metrics);
   SyntheticEngine engine(&observer);
-  Request* r = engine.NewRequest("one", 0.0, 8, 2);
+  SyntheticRequest* r = engine.NewRequest("one", 0.0, 8, 2);
   engine.Queued(r, 0.0);
   engine.Scheduled(r, 0.001);
   engine.Token(r, 0.003);

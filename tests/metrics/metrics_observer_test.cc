@@ -40,7 +40,7 @@ class MetricsObserverTest : public ::testing::Test {
 };
 
 TEST_F(MetricsObserverTest, NoPreemption) {
-  Request* r = engine_.NewRequest("a", 0.0, /*num_prompt_tokens=*/8, /*max_tokens=*/3);
+  SyntheticRequest* r = engine_.NewRequest("a", 0.0, /*num_prompt_tokens=*/8, /*max_tokens=*/3);
   engine_.Queued(r, 0.5);
   engine_.Step(0.5, 0, 1);
   engine_.Scheduled(r, 1.0);
@@ -80,7 +80,7 @@ TEST_F(MetricsObserverTest, NoPreemption) {
 
 // A preemption during prefill is inside prefill and TTFT, not queue.
 TEST_F(MetricsObserverTest, PreemptedDuringPrefill) {
-  Request* r = engine_.NewRequest("a", 0.0);
+  SyntheticRequest* r = engine_.NewRequest("a", 0.0);
   engine_.Queued(r, 0.0);
   engine_.Scheduled(r, 1.0);
   engine_.Step(1.0, 1, 0);
@@ -111,7 +111,7 @@ TEST_F(MetricsObserverTest, PreemptedDuringPrefill) {
 
 // Two preemptions during decode: one ITL sample per stall; decode and inference include both.
 TEST_F(MetricsObserverTest, PreemptedTwiceDuringDecode) {
-  Request* r = engine_.NewRequest("a", 0.0, 8, 5);
+  SyntheticRequest* r = engine_.NewRequest("a", 0.0, 8, 5);
   engine_.Queued(r, 0.0);
   engine_.Scheduled(r, 1.0);
   engine_.Token(r, 2.0);
@@ -154,7 +154,7 @@ TEST_F(MetricsObserverTest, PreemptedTwiceDuringDecode) {
 
 // A request aborted while preempted is counted, with the phases it reached.
 TEST_F(MetricsObserverTest, AbortedWhilePreempted) {
-  Request* r = engine_.NewRequest("a", 0.0);
+  SyntheticRequest* r = engine_.NewRequest("a", 0.0);
   engine_.Queued(r, 0.0);
   engine_.Scheduled(r, 1.0);
   engine_.Token(r, 2.0);
@@ -177,7 +177,7 @@ TEST_F(MetricsObserverTest, AbortedWhilePreempted) {
 }
 
 TEST_F(MetricsObserverTest, AbortedWhileWaitingGivesNoPhaseSamples) {
-  Request* r = engine_.NewRequest("a", 0.0);
+  SyntheticRequest* r = engine_.NewRequest("a", 0.0);
   engine_.Queued(r, 0.5);
   engine_.Step(0.5, 0, 1);
   engine_.Finished(r, 2.0, FinishReason::kAbort);
@@ -192,7 +192,7 @@ TEST_F(MetricsObserverTest, AbortedWhileWaitingGivesNoPhaseSamples) {
 }
 
 TEST_F(MetricsObserverTest, ScheduledWithoutTokenGivesOnlyQueue) {
-  Request* r = engine_.NewRequest("a", 0.0);
+  SyntheticRequest* r = engine_.NewRequest("a", 0.0);
   engine_.Queued(r, 0.0);
   engine_.Scheduled(r, 0.25);
   engine_.Finished(r, 2.0, FinishReason::kError);
@@ -204,8 +204,8 @@ TEST_F(MetricsObserverTest, ScheduledWithoutTokenGivesOnlyQueue) {
 }
 
 TEST_F(MetricsObserverTest, FinishedByStopAndByLength) {
-  Request* a = engine_.NewRequest("a", 0.0, 4, 8);
-  Request* b = engine_.NewRequest("b", 0.0, 6, 2);
+  SyntheticRequest* a = engine_.NewRequest("a", 0.0, 4, 8);
+  SyntheticRequest* b = engine_.NewRequest("b", 0.0, 6, 2);
   engine_.Queued(a, 0.0);
   engine_.Queued(b, 0.0);
   engine_.Scheduled(a, 0.0);
@@ -230,6 +230,17 @@ TEST_F(MetricsObserverTest, FinishedByStopAndByLength) {
 }
 
 TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
+  // Three requests that output a token every 2 ms of engine time, once before the first step and
+  // then once in every step: each step's outputs give three ITL samples of 2 ms.
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 3; ++i) {
+    SyntheticRequest* r = engine_.NewRequest("r" + std::to_string(i), -0.01);
+    engine_.Queued(r, -0.01);
+    engine_.Scheduled(r, -0.01);
+    keys.push_back(r->key);
+  }
+  auto outputs = [&](double ts) { observer_.OnTokenOutputs(TokenOutputs{ts, keys}); };
+  outputs(-0.004);
   SchedulerStats s;
   s.num_running = 3;
   s.num_waiting = 2;
@@ -244,10 +255,11 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   s.prefix_cache_hits = 16;
   s.num_recomputed_tokens = 7;
   s.num_generation_tokens = 3;
-  s.itl_groups = {{0.002, 3}};
   s.ts = 0.0;
+  outputs(-0.002);
   observer_.OnStep(s);
   s.ts = 0.005;
+  outputs(0.0);
   observer_.OnStep(s);
   EXPECT_EQ(metrics_.num_requests_running.Value(), 3.0);
   EXPECT_EQ(metrics_.num_requests_waiting.Value(), 2.0);
@@ -265,6 +277,7 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   EXPECT_EQ(Read(metrics_.inter_token_latency).count, 0u);
   EXPECT_EQ(metrics_.generation_tokens.Value(), 0.0);
   s.ts = MetricsObserver::kPublishInterval;
+  outputs(0.002);
   observer_.OnStep(s);
   EXPECT_EQ(Read(metrics_.iteration_tokens).count, 3u);
   EXPECT_EQ(Read(metrics_.iteration_tokens).sum, 120.0);
@@ -275,10 +288,12 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   EXPECT_EQ(metrics_.generation_tokens.Value(), 9.0);
   // ... or until a step leaves the engine idle.
   s.ts += 0.001;
+  outputs(0.004);
   observer_.OnStep(s);
   EXPECT_EQ(Read(metrics_.iteration_tokens).count, 3u);
   s.ts += 0.001;
   s.num_running = s.num_waiting = 0;
+  outputs(0.006);
   observer_.OnStep(s);
   EXPECT_EQ(Read(metrics_.iteration_tokens).count, 5u);
   EXPECT_EQ(Read(metrics_.inter_token_latency).count, 15u);
@@ -290,9 +305,9 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
 // the engine stays busy and 10 ms have not passed: a client that saw its request finish finds its
 // tokens in /metrics.
 TEST_F(MetricsObserverTest, AStepThatFinishesARequestPublishesEverything) {
-  Request* a = engine_.NewRequest("a", 0.0);
-  Request* b = engine_.NewRequest("b", 0.0);
-  for (Request* r : {a, b}) {
+  SyntheticRequest* a = engine_.NewRequest("a", 0.0);
+  SyntheticRequest* b = engine_.NewRequest("b", 0.0);
+  for (SyntheticRequest* r : {a, b}) {
     engine_.Queued(r, 0.0);
     engine_.Scheduled(r, 0.0);
     engine_.Token(r, 0.001);
@@ -311,7 +326,7 @@ TEST_F(MetricsObserverTest, AStepThatFinishesARequestPublishesEverything) {
 }
 
 TEST_F(MetricsObserverTest, ManyConcurrentRequestsLeaveNoState) {
-  std::vector<Request*> rs;
+  std::vector<SyntheticRequest*> rs;
   for (int i = 0; i < 3000; ++i) {
     rs.push_back(engine_.NewRequest("r" + std::to_string(i), 0.0));
     engine_.Queued(rs.back(), 0.0);
@@ -337,7 +352,7 @@ TEST(MetricsObserverParamsNTest, OneSamplePerClientRequest) {
   MetricsObserver observer{&metrics};
   SyntheticEngine engine{&observer};
   for (int j = 0; j < 3; ++j) {
-    Request* r = engine.NewRequest("c" + std::to_string(j), 0.0, 4, 1);
+    SyntheticRequest* r = engine.NewRequest("c" + std::to_string(j), 0.0, 4, 1);
     r->params_n = 3;
     r->reports_params_n = j == 0;
     engine.Queued(r, 0.0);

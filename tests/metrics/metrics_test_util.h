@@ -41,55 +41,80 @@ inline MetricsConfig TestMetricsConfig() {
   return c;
 }
 
+// A synthetic request: what the engine would tell observers about it (RequestRecord), with its
+// own storage for the id and the prompt.
+struct SyntheticRequest {
+  uint64_t key = 0;
+  std::string request_id;
+  double arrival_ts = 0.0;
+  std::vector<int32_t> prompt_token_ids;
+  int32_t num_output_tokens = 0;
+  int32_t max_tokens = 16;
+  int32_t params_n = 1;
+  bool reports_params_n = true;
+
+  RequestRecord Record() const {
+    RequestRecord r;
+    r.key = key;
+    r.request_id = request_id;
+    r.arrival_ts = arrival_ts;
+    r.prompt_token_ids = prompt_token_ids;
+    r.num_output_tokens = num_output_tokens;
+    r.max_tokens = max_tokens;
+    r.params_n = params_n;
+    r.reports_params_n = reports_params_n;
+    return r;
+  }
+};
+
 // Drives one observer as the engine would: each call is one event of one request at an exact
-// time; Step() ends an engine step with the given stats.
+// time; Step() ends an engine step with the given stats. Token outputs are gathered and handed
+// over as one OnTokenOutputs per output time, before the next other event (as EngineCore does:
+// a step's outputs precede the FINISHED events they lead to).
 class SyntheticEngine {
  public:
   explicit SyntheticEngine(EngineObserver* observer) : observer_(observer) {}
 
   // A new request with `num_prompt_tokens` prompt tokens that arrived at `arrival_ts`.
-  Request* NewRequest(const std::string& id, double arrival_ts, int32_t num_prompt_tokens = 8,
-                      int32_t max_tokens = 16) {
+  SyntheticRequest* NewRequest(const std::string& id, double arrival_ts,
+                               int32_t num_prompt_tokens = 8, int32_t max_tokens = 16) {
     requests_.emplace_back();
-    Request* r = &requests_.back();
+    SyntheticRequest* r = &requests_.back();
+    r->key = next_key_++;
     r->request_id = id;
     r->arrival_ts = arrival_ts;
-    r->num_prompt_tokens = num_prompt_tokens;
-    r->token_ids.assign(static_cast<size_t>(num_prompt_tokens), 1);
-    r->sampling.max_tokens = max_tokens;
+    r->prompt_token_ids.assign(static_cast<size_t>(num_prompt_tokens), 1);
+    r->max_tokens = max_tokens;
     return r;
   }
-  void Queued(Request* r, double ts) { Emit(r, {EventType::kQueued, ts, 0, FinishReason::kNone}); }
-  void Scheduled(Request* r, double ts) {
+  void Queued(SyntheticRequest* r, double ts) {
+    Emit(r, {EventType::kQueued, ts, 0, FinishReason::kNone});
+  }
+  void Scheduled(SyntheticRequest* r, double ts) {
     Emit(r, {EventType::kScheduled, ts, 0, FinishReason::kNone});
   }
   // Also counts the preemption in the current step's stats, as the scheduler does.
-  void Preempted(Request* r, double ts) {
+  void Preempted(SyntheticRequest* r, double ts) {
     ++stats_.num_preemptions;
     ++stats_.num_preemptions_by_reason[0];
     Emit(r, {EventType::kPreempted, ts, 0, FinishReason::kNone});
   }
-  // One token output, delivered as the scheduler and EngineCore deliver it: the request's first
-  // output as a NEW_TOKENS event, later ones as ITL samples in the step's stats.
-  void Token(Request* r, double ts) {
+  // One token output at `ts`; outputs with the same time are one step's TokenOutputs.
+  void Token(SyntheticRequest* r, double ts) {
+    if (!output_keys_.empty() && output_ts_ != ts) FlushOutputs();
     ++stats_.num_generation_tokens;
-    r->token_ids.push_back(2);
-    if (!r->first_token_ts) {
-      stats_.num_prompt_tokens += r->num_prompt_tokens;
-      r->first_token_ts = ts;
-      r->last_token_ts = ts;
-      Emit(r, {EventType::kNewTokens, ts, 1, FinishReason::kNone});
-    } else {
-      stats_.AddItlSample(ts - r->last_token_ts);
-      r->last_token_ts = ts;
-    }
+    if (r->num_output_tokens == 0)
+      stats_.num_prompt_tokens += static_cast<int32_t>(r->prompt_token_ids.size());
+    ++r->num_output_tokens;
+    output_ts_ = ts;
+    output_keys_.push_back(r->key);
   }
-  void Finished(Request* r, double ts, FinishReason reason) {
-    r->finish_reason = reason;
+  void Finished(SyntheticRequest* r, double ts, FinishReason reason) {
     Emit(r, {EventType::kFinished, ts, 0, reason});
   }
   // Ends the step: OnStep with the counts gathered since the last Step() and these gauges.
   void Step(double ts, int32_t running = 0, int32_t waiting = 0) {
+    FlushOutputs();
     stats_.ts = ts;
     stats_.num_running = running;
     stats_.num_waiting = waiting;
@@ -100,10 +125,21 @@ class SyntheticEngine {
   }
 
  private:
-  void Emit(Request* r, const RequestEvent& e) { observer_->OnRequestEvent(*r, e); }
+  void FlushOutputs() {
+    if (output_keys_.empty()) return;
+    observer_->OnTokenOutputs(TokenOutputs{output_ts_, output_keys_});
+    output_keys_.clear();
+  }
+  void Emit(SyntheticRequest* r, const RequestEvent& e) {
+    FlushOutputs();
+    observer_->OnRequestEvent(r->Record(), e);
+  }
 
   EngineObserver* observer_;
-  std::deque<Request> requests_;  // stable addresses
+  std::deque<SyntheticRequest> requests_;  // stable addresses
+  uint64_t next_key_ = 0;
+  std::vector<uint64_t> output_keys_;  // the pending token outputs, all at output_ts_
+  double output_ts_ = 0.0;
   SchedulerStats stats_;
 };
 

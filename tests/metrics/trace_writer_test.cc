@@ -118,7 +118,7 @@ TEST(TraceWriterTest, PreemptedSpanEndsAtTheFinish) {
   auto writer = TraceWriter::Open(path);
   ASSERT_TRUE(writer.ok());
   SyntheticEngine engine(writer->get());
-  Request* r = engine.NewRequest("r", 0.0);
+  SyntheticRequest* r = engine.NewRequest("r", 0.0);
   engine.Queued(r, 0.0);
   engine.Scheduled(r, 1.0);
   engine.Preempted(r, 2.0);

@@ -240,11 +240,11 @@ TEST_F(PromptLogprobsHttpTest, EachPromptIsScoredOnceForAllItsChoices) {
                      {"n", 3},
                      {"echo", true},
                      {"logprobs", 1}};
-  const int64_t before = server_.recorder().num_scoring_prompts();
+  const int64_t before = server_.num_scoring_prompts();
   const json r = PostOk(server_, body);
-  EXPECT_EQ(server_.recorder().num_scoring_prompts() - before, 2);
+  EXPECT_EQ(server_.num_scoring_prompts() - before, 2);
   const Streamed s = PostStream(server_, body);
-  EXPECT_EQ(server_.recorder().num_scoring_prompts() - before, 4);
+  EXPECT_EQ(server_.num_scoring_prompts() - before, 4);
   ASSERT_EQ(r["choices"].size(), 6u);
   ASSERT_EQ(s.choices.size(), 6u);
   for (const json& c : r["choices"]) {
@@ -272,10 +272,10 @@ TEST_F(PromptLogprobsHttpTest, EachPromptIsScoredOnceForAllItsChoices) {
     EXPECT_EQ(c["logprobs"]["tokens"].size(), tok().Encode(prompt, true).size()) << index;
   }
   // prompt_logprobs (not echo): every choice carries the list, scored once.
-  const int64_t before_list = server_.recorder().num_scoring_prompts();
+  const int64_t before_list = server_.num_scoring_prompts();
   const json l =
       PostOk(server_, {{"prompt", kPrompt}, {"max_tokens", 1}, {"n", 3}, {"prompt_logprobs", 2}});
-  EXPECT_EQ(server_.recorder().num_scoring_prompts() - before_list, 1);
+  EXPECT_EQ(server_.num_scoring_prompts() - before_list, 1);
   ASSERT_EQ(l["choices"].size(), 3u);
   for (const json& c : l["choices"]) {
     ASSERT_EQ(c["prompt_logprobs"].size(), kPrompt.size());

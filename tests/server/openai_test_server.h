@@ -46,14 +46,20 @@ inline const LoadedModel& Stories260K() {
   return *model;
 }
 
-// Sleeps `delay_s` before each forward pass of the wrapped executor.
+// Sleeps `delay_s` before each forward pass of the wrapped executor, and counts the requests that
+// registered with it asking for prompt logprobs.
 class DelayedExecutor final : public ModelExecutor {
  public:
   DelayedExecutor(ModelExecutor* inner, double delay_s) : inner_(inner), delay_s_(delay_s) {}
   StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override {
+    for (const SamplingRegistration& r : batch.new_requests) {
+      if (r.params.prompt_logprobs) num_scoring_prompts_.fetch_add(1);
+    }
     if (delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
     return inner_->Execute(batch);
   }
+  // The engine requests that asked for prompt logprobs (each registers once). Thread-safe.
+  int64_t num_scoring_prompts() const { return num_scoring_prompts_.load(); }
   void Release(const std::vector<uint64_t>& keys) override { inner_->Release(keys); }
   int32_t num_kv_blocks() const override { return inner_->num_kv_blocks(); }
   int32_t block_size() const override { return inner_->block_size(); }
@@ -63,6 +69,7 @@ class DelayedExecutor final : public ModelExecutor {
  private:
   ModelExecutor* const inner_;
   const double delay_s_;
+  std::atomic<int64_t> num_scoring_prompts_{0};
 };
 
 // Records finishes (by request id, with the engine clock's time) and the KV blocks in use.
@@ -72,17 +79,16 @@ class FinishRecorder final : public EngineObserver {
     FinishReason reason = FinishReason::kNone;
     double ts = 0.0;
   };
-  void OnRequestEvent(const Request& request, const RequestEvent& event) override {
+  void OnRequestEvent(const RequestRecord& request, const RequestEvent& event) override {
     std::lock_guard<std::mutex> lock(mu_);
+    const std::string id(request.request_id);
     if (event.type == EventType::kQueued) {
-      queued_ts_[request.request_id] = event.ts;
-      prompts_[request.request_id].assign(request.token_ids.begin(),
-                                          request.token_ids.begin() + request.num_prompt_tokens);
-      if (request.sampling.prompt_logprobs) ++num_scoring_prompts_;
+      queued_ts_[id] = event.ts;
+      prompts_[id].assign(request.prompt_token_ids.begin(), request.prompt_token_ids.end());
     } else if (event.type == EventType::kFinished) {
-      finishes_[request.request_id] = {event.finish_reason, event.ts};
+      finishes_[id] = {event.finish_reason, event.ts};
     } else if (event.type == EventType::kNewTokens) {
-      auto& ts = token_ts_[request.request_id];
+      auto& ts = token_ts_[id];
       ts.insert(ts.end(), static_cast<size_t>(event.num_tokens), event.ts);
     }
   }
@@ -119,11 +125,6 @@ class FinishRecorder final : public EngineObserver {
     std::lock_guard<std::mutex> lock(mu_);
     return queued_ts_;
   }
-  // The requests that asked the engine for prompt logprobs.
-  int64_t num_scoring_prompts() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return num_scoring_prompts_;
-  }
   int64_t num_preemptions() const {
     std::lock_guard<std::mutex> lock(mu_);
     return num_preemptions_;
@@ -150,7 +151,6 @@ class FinishRecorder final : public EngineObserver {
   std::map<std::string, std::vector<int32_t>> prompts_;
   std::map<std::string, double> queued_ts_;
   int64_t num_preemptions_ = 0;
-  int64_t num_scoring_prompts_ = 0;
   int32_t max_waiting_ = 0;
   int32_t used_blocks_ = 0;
   int32_t running_ = 0;
@@ -245,6 +245,8 @@ class OpenAiTestServer {
   EngineCore& engine() { return *engine_; }
   const Tokenizer& tokenizer() const { return *Stories260K().tokenizer; }
   const FinishRecorder& recorder() const { return recorder_; }
+  // The engine requests that asked for prompt logprobs (counted as they reach the executor).
+  int64_t num_scoring_prompts() const { return executor_->num_scoring_prompts(); }
   const FaultInjectingExecutor& injector() const { return *injector_; }
   HttpServer& http() { return *server_; }
   // The engine requests waiting to be scheduled, as --max-queue-len counts them.
