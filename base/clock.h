@@ -3,12 +3,13 @@
 // Everything that is stamped with a time (arrival, QUEUED, SCHEDULED, PREEMPTED, token outputs,
 // FINISHED) reads the same Clock, so interval identities hold exactly. Production code uses
 // SteadyClock; tests inject a FakeClock and move time by hand, which makes event timestamps exact.
-// Both implementations are thread-safe. Part of the engine's observer interface (see
-// engine_observer.h): the time base of every stamp an observer gets.
+// Both implementations are thread-safe. In base/ because it is the time base of every stamp an
+// engine observer gets (engine_observer.h) as well as of the engine's own.
 #pragma once
 
 #include <chrono>
 #include <mutex>
+
 #include "base/thread_annotations.h"
 
 namespace tinyserve {

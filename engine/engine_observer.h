@@ -1,9 +1,10 @@
 // EngineObserver: how metrics (and tracing) see the engine, whichever frontend drives it.
 //
 // The observer interface of the engine is this header with the plain-value headers it includes
-// (events.h: RequestEvent, RequestRecord, TokenOutputs; scheduler_stats.h: SchedulerStats) and
-// clock.h (the one time base of every stamp). They are the only engine headers that metrics/
-// includes; none of them includes the engine's Request, Scheduler or block pool.
+// (events.h: RequestEvent, RequestRecord, TokenOutputs; scheduler_stats.h: SchedulerStats); the
+// time base of every stamp is base/clock.h. They are the only engine headers that metrics/
+// includes (tests/arrows checks it); none of them includes the engine's Request, Scheduler or
+// block pool.
 //
 // EngineCore calls every registered observer on the engine thread:
 //  - OnRequestEvent() for each lifecycle event of each request (QUEUED, SCHEDULED, PREEMPTED,

@@ -1,5 +1,5 @@
 // Request lifecycle events and finish reasons (DESIGN §4). Part of the engine's observer
-// interface (with engine_observer.h, scheduler_stats.h and clock.h): the only engine headers that
+// interface (with engine_observer.h and scheduler_stats.h): the only engine headers that
 // metrics/ includes. It holds plain values and includes nothing of the engine.
 //
 // The engine core records one RequestEvent per state change, stamped by the engine's Clock:
