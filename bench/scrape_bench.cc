@@ -3,8 +3,9 @@
 // `num_requests` requests in decode on this thread; a second thread renders /metrics at
 // `scrapes_per_s` during every other phase. Phases alternate A (no scrapes) and B (scrapes),
 // ABBA-ordered so that drift in the machine's load falls on both alike; each phase lasts
-// `phase_s` seconds (or fewer, if it reaches its share of the requests' max_tokens). Prints the mean and median step time of each kind of phase, their ratio B/A,
-// and the render time (median, p99, max) of every scrape.
+// `phase_s` seconds (or fewer, if it reaches its share of the requests' max_tokens). Prints the
+// mean and median step time of each kind of phase, their ratio B/A, and the render time (median,
+// p99, max) of every scrape.
 //
 //   scrape_bench [num_requests=256] [scrapes_per_s=20] [phase_s=1.0] [num_rounds=4]
 #include <algorithm>

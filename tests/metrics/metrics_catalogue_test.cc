@@ -147,9 +147,9 @@ TEST(MetricsCatalogueTest, EveryNameTypeAndLabelSetIsPresent) {
                                                   {"cache_dtype", "auto"}}),
             1.0);
   // No LoRA: present, max_lora 0, empty adapter lists, the value a Unix time (of the last step).
-  const double lora = text.Value("vllm:lora_requests_info", {{"max_lora", "0"},
-                                                            {"running_lora_adapters", ""},
-                                                            {"waiting_lora_adapters", ""}});
+  const double lora =
+      text.Value("vllm:lora_requests_info",
+                 {{"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}});
   EXPECT_GT(lora, 1.7e9);
   EXPECT_LT(lora, 1e10);
 }
@@ -182,8 +182,9 @@ TEST(MetricsCatalogueTest, CompatAliasesCarryTheCurrentValues) {
   EXPECT_EQ(text.Value("vllm:gpu_prefix_cache_hits_total"), 32.0);
   EXPECT_EQ(text.Value("vllm:gpu_prefix_cache_hits_total"),
             text.Value("vllm:prefix_cache_hits_total"));
-  EXPECT_EQ(text.Value("vllm:gpu_cache_usage_perc", {{"model_name", "test-model"}, {"engine", "0"}}),
-            0.5);
+  EXPECT_EQ(
+      text.Value("vllm:gpu_cache_usage_perc", {{"model_name", "test-model"}, {"engine", "0"}}),
+      0.5);
 }
 
 // Histogram boundaries as rendered, for every histogram.

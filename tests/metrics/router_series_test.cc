@@ -57,21 +57,21 @@ TEST(RouterSeriesTest, GaugesAreTheLastCompletedStepsState) {
     const ParsedText text = ParsePrometheusText(metrics.Render());
     const Scheduler& s = core.scheduler();
     SCOPED_TRACE("step " + std::to_string(steps));
-    for (const char* name : {"vllm:num_requests_running", "vllm:num_requests_waiting",
-                             "vllm:kv_cache_usage_perc", "vllm:lora_requests_info",
-                             "vllm:cache_config_info"}) {
+    for (const char* name :
+         {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+          "vllm:lora_requests_info", "vllm:cache_config_info"}) {
       EXPECT_EQ(CountSamples(text, name), 1) << name;  // "the first series scraped wins"
     }
     EXPECT_EQ(text.Value("vllm:num_requests_running"), s.num_running());
     EXPECT_EQ(text.Value("vllm:num_requests_waiting"), s.num_waiting());
     EXPECT_DOUBLE_EQ(text.Value("vllm:kv_cache_usage_perc"), s.kv_cache().pool().usage());
-    const double lora = text.Value("vllm:lora_requests_info", {{"max_lora", "0"},
-                                                              {"running_lora_adapters", ""},
-                                                              {"waiting_lora_adapters", ""}});
+    const double lora = text.Value(
+        "vllm:lora_requests_info",
+        {{"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}});
     EXPECT_GE(lora, last_lora_ts);
     last_lora_ts = lora;
     EXPECT_EQ(text.Value("vllm:cache_config_info", {{"block_size", std::to_string(kBlockSize)},
-                                                   {"num_gpu_blocks", std::to_string(kBlocks)}}),
+                                                    {"num_gpu_blocks", std::to_string(kBlocks)}}),
               1.0);
     max_running = std::max(max_running, s.num_running());
     max_waiting = std::max(max_waiting, s.num_waiting());
