@@ -21,6 +21,8 @@
 #include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "server/http_server.h"
+#include "server/kv_event_publisher.h"
+#include "server/kv_events_config.h"
 #include "server/protocol/chat_template.h"
 
 namespace tinyserve {
@@ -123,6 +125,16 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
                   "aborted")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--metrics-compat", f.metrics_compat,
+                  "also serve metric names older routers read: gpu-cache-usage adds "
+                  "vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_queries_total and "
+                  "vllm:gpu_prefix_cache_hits_total (vLLM production-stack, AIBrix)")
+      ->check(CLI::IsMember({"gpu-cache-usage"}));
+  cmd->add_option("--kv-events-config", f.kv_events_config,
+                  "publish KV-cache events as vLLM does (ZMQ PUB + msgpack, optional replay "
+                  "socket): vLLM's KVEventsConfig JSON, e.g. '{\"enable_kv_cache_events\": "
+                  "true, \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
+                  "\"tcp://*:5558\", \"topic\": \"kv\"}'");
   // Hidden (empty group): fault injection for the reliability tests and scripts/soak.sh.
   cmd->add_option("--fault-inject-rate", f.fault_inject_rate,
                   "fail this share of executor calls (testing)")
@@ -155,6 +167,13 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
+  // Flag values first: a bad one fails before the model loads.
+  KvEventsConfig kv_events;
+  if (!f.kv_events_config.empty()) {
+    StatusOr<KvEventsConfig> parsed = ParseKvEventsConfig(f.kv_events_config);
+    if (!parsed.ok()) return fail(parsed.status());
+    kv_events = *parsed;
+  }
   StatusOr<LoadedModel> model = ResolveAndLoadModel({f.model, f.tokenizer}, default_shared_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig config = model->weights->config;  // by value: the weights move to the runner
@@ -202,6 +221,9 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   metrics_config.block_size = (*runner)->block_size();
   metrics_config.num_gpu_blocks = (*runner)->num_kv_blocks();
   metrics_config.enable_prefix_caching = f.engine.enable_prefix_caching;
+  for (const std::string& compat : f.metrics_compat) {
+    if (compat == "gpu-cache-usage") metrics_config.compat_gpu_cache_usage = true;
+  }
   PrometheusMetrics metrics(metrics_config);
   MetricsObserver metrics_observer(&metrics);
   StatsLogger stats_logger(&clock, &LogLine);
@@ -214,6 +236,22 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     trace = std::move(opened).value();
     engine.AddObserver(trace.get());
     LogLine("writing the request trace to " + f.trace_file);
+  }
+
+  std::unique_ptr<KvEventPublisher> kv_publisher;
+  if (kv_events.publishes()) {
+    if (!f.engine.enable_prefix_caching) {
+      LogLine("KV-cache events: prefix caching is off, so no block is ever stored");
+    }
+    auto started = KvEventPublisher::Start(kv_events);
+    if (!started.ok()) return fail(started.status());
+    kv_publisher = std::move(started).value();
+    engine.SetKvCacheEventSink(kv_publisher.get());
+    LogLine("publishing KV-cache events on " + kv_publisher->endpoint() + " (topic \"" +
+            kv_events.topic + "\")" +
+            (kv_publisher->replay_endpoint().empty()
+                 ? std::string(", no replay")
+                 : ", replay on " + kv_publisher->replay_endpoint()));
   }
 
   HttpServerOptions server_options;
@@ -264,6 +302,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   server.Stop();
   http_thread.join();
   engine.Stop();  // aborts whatever is still pending; observers see those finishes
+  if (kv_publisher != nullptr) kv_publisher->Shutdown();
   if (trace != nullptr) {
     if (Status s = trace->Close(); !s.ok()) return fail(s);
   }

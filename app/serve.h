@@ -35,6 +35,11 @@ struct ServeFlags {
   // metadata), else "plain".
   std::string chat_template;
   double shutdown_timeout_s = 10.0;  // grace for in-flight requests on SIGINT/SIGTERM
+  // Scale-out (issue 22). --metrics-compat NAME (repeatable): "gpu-cache-usage" adds the pre-V1
+  // aliases older routers read (MetricsConfig::compat_gpu_cache_usage).
+  std::vector<std::string> metrics_compat;
+  // --kv-events-config JSON: vLLM's KVEventsConfig (server/kv_events_config.h); "": no events.
+  std::string kv_events_config;
   // Fault injection for reliability tests (hidden flags; engine/fault_injecting_executor.h).
   double fault_inject_rate = 0.0;    // --fault-inject-rate: share of executor calls that fail
   uint64_t fault_seed = 0;           // --fault-seed

@@ -57,6 +57,12 @@ void BlockPool::Evict(int32_t block) {
   if (b.cache_id == kNoCacheId) return;
   cached_.erase(b.hash);  // a registered block always owns its hash's entry
   b.cache_id = kNoCacheId;
+  if (record_events_) {
+    if (events_.empty() || events_.back().type != KvCacheEvent::Type::kBlockRemoved) {
+      events_.push_back({KvCacheEvent::Type::kBlockRemoved, {}, std::nullopt, {}, 0});
+    }
+    events_.back().block_hashes.push_back(b.hash);
+  }
 }
 
 void BlockPool::Allocate(int32_t n, std::vector<int32_t>* out) {
@@ -97,7 +103,7 @@ void BlockPool::Touch(int32_t block) {
 }
 
 uint64_t BlockPool::CacheBlock(int32_t block, uint64_t hash, uint64_t parent_cache_id,
-                               const int32_t* tokens) {
+                               const int32_t* tokens, uint64_t parent_hash) {
   Block& b = blocks_[block];
   assert(b.ref_count > 0);
   if (!enable_prefix_caching_ || parent_cache_id == kNoCacheId) return kNoCacheId;
@@ -113,7 +119,40 @@ uint64_t BlockPool::CacheBlock(int32_t block, uint64_t hash, uint64_t parent_cac
   b.parent_cache_id = parent_cache_id;
   std::copy(tokens, tokens + block_size_,
             block_tokens_.begin() + static_cast<ptrdiff_t>(block) * block_size_);
+  if (record_events_) {
+    // The chain continues the last event's: one BlockStored, as vLLM reports a request's new
+    // full blocks.
+    const bool extends = !events_.empty() &&
+                         events_.back().type == KvCacheEvent::Type::kBlockStored &&
+                         events_.back().block_hashes.back() == parent_hash;
+    if (!extends) {
+      events_.push_back(
+          {KvCacheEvent::Type::kBlockStored,
+           {},
+           parent_hash == kRootBlockHash ? std::nullopt : std::optional<uint64_t>(parent_hash),
+           {},
+           block_size_});
+    }
+    events_.back().block_hashes.push_back(hash);
+    events_.back().token_ids.insert(events_.back().token_ids.end(), tokens, tokens + block_size_);
+  }
   return b.cache_id;
+}
+
+bool BlockPool::ResetPrefixCache() {
+  if (num_free_ != num_blocks_) return false;
+  for (int32_t i = 0; i < num_blocks_; ++i) blocks_[i].cache_id = kNoCacheId;
+  cached_.clear();
+  num_cached_free_ = 0;
+  if (record_events_) events_.push_back({KvCacheEvent::Type::kAllBlocksCleared, {}, {}, {}, 0});
+  return true;
+}
+
+std::vector<uint64_t> BlockPool::CachedHashesForTesting() const {
+  std::vector<uint64_t> hashes;
+  for (const auto& [hash, block] : cached_) hashes.push_back(hash);
+  std::sort(hashes.begin(), hashes.end());
+  return hashes;
 }
 
 std::vector<int32_t> BlockPool::FreeQueueForTesting() const {

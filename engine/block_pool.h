@@ -14,12 +14,20 @@
 //
 // Check/act API: the caller asks CanAllocate(n) and then Allocate(n); the pool never guesses
 // (preemption is the scheduler's decision). Engine thread only; not thread-safe.
+//
+// KV-cache events (engine/kv_cache_events.h): with set_record_events(true) every change of the
+// prefix cache's content is recorded (a registration as BlockStored, consecutive registrations of
+// one chain merged into one event; an eviction as BlockRemoved; ResetPrefixCache() as
+// AllBlocksCleared) until TakeEvents().
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include "engine/kv_cache_events.h"
 
 namespace tinyserve {
 
@@ -80,8 +88,22 @@ class BlockPool {
   // if another block already caches the same (hash, parent, tokens), that block's id (this block
   // stays unregistered); or kNoCacheId if prefix caching is off, `parent_cache_id` is kNoCacheId,
   // or a different content holds `hash` (a collision: the caller's chain ends here).
-  uint64_t CacheBlock(int32_t block, uint64_t hash, uint64_t parent_cache_id,
-                      const int32_t* tokens);
+  // `parent_hash` is the hash the block's hash was chained from (kRootBlockHash for a prompt's
+  // first block); only KV-cache events use it.
+  uint64_t CacheBlock(int32_t block, uint64_t hash, uint64_t parent_cache_id, const int32_t* tokens,
+                      uint64_t parent_hash = kRootBlockHash);
+  // Drops every cached block's registration (vLLM's reset_prefix_cache) and records
+  // AllBlocksCleared. Returns true iff it did: only when no block is referenced.
+  bool ResetPrefixCache();
+
+  // Starts or stops recording KV-cache events.
+  void set_record_events(bool on) { record_events_ = on; }
+  bool has_events() const { return !events_.empty(); }
+  // The events recorded since the last call, oldest first.
+  std::vector<KvCacheEvent> TakeEvents() { return std::exchange(events_, {}); }
+  // The hashes of every registered block (referenced or not), sorted: the set a consumer of the
+  // KV-cache events rebuilds. For tests.
+  std::vector<uint64_t> CachedHashesForTesting() const;
   // The cache id of a registered block; kNoCacheId if it is not registered.
   uint64_t cache_id(int32_t block) const { return blocks_[block].cache_id; }
 
@@ -113,6 +135,8 @@ class BlockPool {
   std::vector<int32_t> block_tokens_;  // [num_blocks, block_size] token ids of cached blocks
   std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
   uint64_t next_cache_id_ = kRootCacheId + 1;
+  bool record_events_ = false;
+  std::vector<KvCacheEvent> events_;
   int32_t num_free_ = 0;
   int32_t num_cached_free_ = 0;
 };

@@ -250,8 +250,22 @@ bool EngineCore::Step() {
     const SchedulerStats& stats = scheduler_.stats();
     for (EngineObserver* observer : observers_) observer->OnStep(stats);
   }
+  FlushKvCacheEvents();
   NotifyStreams();
   return did_work;
+}
+
+void EngineCore::FlushKvCacheEvents() {
+  BlockPool& pool = scheduler_.block_pool();
+  if (kv_event_sink_ != nullptr && pool.has_events()) {
+    kv_event_sink_->OnKvCacheEvents(pool.TakeEvents());
+  }
+}
+
+bool EngineCore::ResetPrefixCache() {
+  const bool reset = scheduler_.block_pool().ResetPrefixCache();
+  FlushKvCacheEvents();
+  return reset;
 }
 
 Status EngineCore::CheckOutput(const ScheduledBatch& batch, const ExecutorOutput& out) const {

@@ -42,6 +42,7 @@
 #include "base/thread_annotations.h"
 #include "base/token_logprobs.h"
 #include "engine/engine_observer.h"
+#include "engine/kv_cache_events.h"
 #include "engine/model_executor.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
@@ -80,6 +81,18 @@ class EngineCore {
     observers_.push_back(observer);
     if (observer->wants_every_token_event()) every_token_observers_.push_back(observer);
   }
+
+  // Sends the prefix cache's changes to `sink` (engine/kv_cache_events.h) at the end of each step
+  // that made some. REQUIRES: before Start() and the first Step(); `sink` stays valid while the
+  // engine steps (Stop() sends it nothing).
+  void SetKvCacheEventSink(KvCacheEventSink* sink) {
+    kv_event_sink_ = sink;
+    scheduler_.block_pool().set_record_events(sink != nullptr);
+  }
+  // Drops the prefix cache's content (vLLM's reset_prefix_cache; the sink gets AllBlocksCleared).
+  // Returns true iff it did: only when no request holds KV blocks. REQUIRES: no engine thread
+  // (Start() not called); the owner steps the engine.
+  bool ResetPrefixCache();
 
   // Queues a request for the next step and returns its stream. Returns InvalidArgument if the
   // request is malformed (empty id or prompt, prompt of max_model_len() tokens or more, a token id
@@ -145,6 +158,8 @@ class EngineCore {
   // What observers are told about `req` (RequestRecord: no engine state).
   static RequestRecord MakeRecord(const Request& req);
   void NotifyStreams();
+  // Hands the block pool's KV-cache events to the sink, if any.
+  void FlushKvCacheEvents();
   void Loop();
 
   const int32_t vocab_size_;
@@ -154,6 +169,7 @@ class EngineCore {
   const Clock* const clock_;
   std::vector<EngineObserver*> observers_;
   std::vector<EngineObserver*> every_token_observers_;  // the observers_ that want every token
+  KvCacheEventSink* kv_event_sink_ = nullptr;
 
   // Engine thread state.
   Scheduler scheduler_;

@@ -72,7 +72,8 @@ void KVCacheManager::CacheComputedBlocks(Request& req) {
   for (int32_t i = req.num_cached_blocks; i < num_full; ++i) {
     // After a collision the chain id is kNoCacheId and nothing more is registered.
     req.cache_chain_id = pool_.CacheBlock(req.block_ids[i], req.block_hashes[i], req.cache_chain_id,
-                                          req.token_ids.data() + i * bs);
+                                          req.token_ids.data() + i * bs,
+                                          i == 0 ? kRootBlockHash : req.block_hashes[i - 1]);
   }
   req.num_cached_blocks = num_full;
 }

@@ -125,6 +125,8 @@ class Scheduler {
   const std::vector<Request*>& running() const { return running_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const KVCacheManager& kv_cache() const { return kv_; }
+  // The block pool, for its KV-cache events and ResetPrefixCache() (EngineCore).
+  BlockPool& block_pool() { return kv_.pool(); }
 
  private:
   int32_t NumNewTokens(const Request& req, int32_t budget) const;

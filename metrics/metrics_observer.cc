@@ -109,7 +109,11 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
   SetIfChanged(m.num_requests_running, s.num_running, &last_gauges_[0]);
   SetIfChanged(m.num_requests_waiting, s.num_waiting, &last_gauges_[1]);
   SetIfChanged(m.num_requests_preempted, s.num_preempted_waiting, &last_gauges_[2]);
+  if (s.kv_cache_usage != last_gauges_[3] && m.gpu_cache_usage_perc != nullptr) {
+    m.gpu_cache_usage_perc->Set(s.kv_cache_usage);
+  }
   SetIfChanged(m.kv_cache_usage_perc, s.kv_cache_usage, &last_gauges_[3]);
+  m.lora_requests_info.SetToCurrentTime();  // the time of the last step (a router's freshness)
   SetIfChanged(*m.kv_cache_blocks[0], s.num_used_blocks, &last_gauges_[4]);
   SetIfChanged(*m.kv_cache_blocks[1], s.num_cached_blocks, &last_gauges_[5]);
   SetIfChanged(*m.kv_cache_blocks[2], s.num_free_blocks, &last_gauges_[6]);
@@ -125,9 +129,15 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
   if (s.num_prompt_tokens > 0) m.prompt_tokens.Increment(s.num_prompt_tokens);
   if (s.prefix_cache_queries > 0) {
     m.prefix_cache_queries.Increment(static_cast<double>(s.prefix_cache_queries));
+    if (m.gpu_prefix_cache_queries != nullptr) {
+      m.gpu_prefix_cache_queries->Increment(static_cast<double>(s.prefix_cache_queries));
+    }
   }
   if (s.prefix_cache_hits > 0) {
     m.prefix_cache_hits.Increment(static_cast<double>(s.prefix_cache_hits));
+    if (m.gpu_prefix_cache_hits != nullptr) {
+      m.gpu_prefix_cache_hits->Increment(static_cast<double>(s.prefix_cache_hits));
+    }
   }
   if (s.num_recomputed_tokens > 0) m.recomputed_tokens.Increment(s.num_recomputed_tokens);
   // What happens in every busy step (the ITL samples of OnTokenOutputs included): gathered,

@@ -72,6 +72,16 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
                     {"num_gpu_blocks", std::to_string(config_.num_gpu_blocks)},
                     {"enable_prefix_caching", config_.enable_prefix_caching ? "True" : "False"},
                     {"cache_dtype", config_.cache_dtype}})),
+      // What the endpoint picker reads (kubernetes-sigs/gateway-api-inference-extension,
+      // docs/proposals/003-model-server-protocol/README.md, "LoRA Adapter Serving"): a gauge
+      // whose value is the last update's timestamp, labels max_lora, running_lora_adapters and
+      // waiting_lora_adapters (comma-separated names).
+      lora_requests_info(AddGauge(*registry_, config_, "vllm:lora_requests_info",
+                                  "Running stats on LoRA requests: the value is the Unix time of "
+                                  "the last engine step; the labels list the adapters.",
+                                  {{"max_lora", std::to_string(config_.max_lora)},
+                                   {"running_lora_adapters", ""},
+                                   {"waiting_lora_adapters", ""}})),
       num_requests_preempted(AddGauge(
           *registry_, config_, "tinyserve_num_requests_preempted",
           "Number of waiting requests that were preempted and wait to be recomputed, after the "
@@ -198,6 +208,21 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
         BaseLabels(config_), "reason", PreemptionReasonName(static_cast<PreemptionReason>(i))));
   }
   cache_config_info.Set(1.0);
+  lora_requests_info.SetToCurrentTime();
+  if (config_.compat_gpu_cache_usage) {
+    gpu_cache_usage_perc =
+        &AddGauge(*registry_, config_, "vllm:gpu_cache_usage_perc",
+                  "Deprecated alias of vllm:kv_cache_usage_perc (same value), for routers that "
+                  "read vLLM's pre-V1 name (--metrics-compat gpu-cache-usage).");
+    gpu_prefix_cache_queries =
+        &AddCounter(*registry_, config_, "vllm:gpu_prefix_cache_queries_total",
+                    "Deprecated alias of vllm:prefix_cache_queries_total (same value; "
+                    "--metrics-compat gpu-cache-usage).");
+    gpu_prefix_cache_hits =
+        &AddCounter(*registry_, config_, "vllm:gpu_prefix_cache_hits_total",
+                    "Deprecated alias of vllm:prefix_cache_hits_total (same value; "
+                    "--metrics-compat gpu-cache-usage).");
+  }
 }
 
 PrometheusMetrics::~PrometheusMetrics() = default;

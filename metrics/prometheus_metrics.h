@@ -37,6 +37,12 @@ struct MetricsConfig {
   int32_t num_gpu_blocks = 0;  // KV cache blocks (on whichever device)
   bool enable_prefix_caching = true;
   std::string cache_dtype = "auto";
+  // vllm:lora_requests_info's max_lora label: adapters a batch can hold (0: no LoRA).
+  int32_t max_lora = 0;
+  // --metrics-compat gpu-cache-usage: also serve the names older routers read (vLLM before
+  // V1's renames): vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_queries_total and
+  // vllm:gpu_prefix_cache_hits_total, with the values of the current names.
+  bool compat_gpu_cache_usage = false;
 };
 
 // The Content-Type of Render()'s text.
@@ -76,6 +82,10 @@ class PrometheusMetrics {
   prometheus::Gauge& num_requests_waiting;
   prometheus::Gauge& kv_cache_usage_perc;
   prometheus::Gauge& cache_config_info;
+  // vllm:lora_requests_info{max_lora, running_lora_adapters, waiting_lora_adapters}: its value is
+  // the Unix time of the last engine step (the Gateway API Inference Extension's endpoint picker
+  // takes the series with the latest value); the adapter lists are empty without LoRA.
+  prometheus::Gauge& lora_requests_info;
   prometheus::Gauge& num_requests_preempted;            // tinyserve_
   std::array<prometheus::Gauge*, 3> kv_cache_blocks{};  // tinyserve_; state used, cached, free
 
@@ -88,6 +98,11 @@ class PrometheusMetrics {
   prometheus::Counter& prefix_cache_hits;
   prometheus::Counter& recomputed_tokens;                                           // tinyserve_
   std::array<prometheus::Counter*, kNumPreemptionReasons> preemptions_by_reason{};  // tinyserve_
+
+  // The --metrics-compat aliases; null unless MetricsConfig::compat_gpu_cache_usage.
+  prometheus::Gauge* gpu_cache_usage_perc = nullptr;
+  prometheus::Counter* gpu_prefix_cache_queries = nullptr;
+  prometheus::Counter* gpu_prefix_cache_hits = nullptr;
 
   // Histograms.
   prometheus::Histogram& time_to_first_token;

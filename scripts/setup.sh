@@ -11,7 +11,10 @@ PACKAGES=(
   libicu-dev
   libcpp-httplib-dev
   prometheus-cpp-dev
-  prometheus
+  prometheus  # also tests/integration: the real Prometheus server and promtool
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # server/: vLLM's KV-cache events (ZMQ + msgpack)
+  haproxy  # tests/integration: the load balancer of the scale-out test
+  python3-yaml  # tests/deploy: the Kubernetes manifests parse
   chromium  # tests/bench: renders the benchmark report headless
   libcli11-dev
   libboost-context-dev  # tests/gpu_host: one fiber per CUDA thread

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include <thread>
@@ -112,6 +113,12 @@ void HttpServer::RegisterRoutes() {
   server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     HandleMetrics(req, res);
   });
+  server_->Get("/load", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleLoad(req, res, "server_load");
+  });
+  server_->Get("/get_load", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleLoad(req, res, "load");
+  });
   if (openai_ != nullptr) openai_->Register(*server_);
 }
 
@@ -181,6 +188,13 @@ void HttpServer::HandleHealth(const httplib::Request&, httplib::Response& res) c
     return;
   }
   res.status = 200;
+}
+
+void HttpServer::HandleLoad(const httplib::Request&, httplib::Response& res,
+                            const char* key) const {
+  nlohmann::json body = nlohmann::json::object();
+  body[key] = num_in_flight();
+  res.set_content(body.dump(), "application/json");
 }
 
 void HttpServer::HandleMetrics(const httplib::Request&, httplib::Response& res) const {

@@ -4,7 +4,8 @@
 // Routes: GET /health (200, or 503 when the engine is dead (EngineCore::is_dead) or
 // ServerContext::is_healthy says it is not healthy),
 // GET /metrics (the Prometheus text of ServerContext::metrics, Content-Type
-// kPrometheusContentType), and, when the context has a tokenizer, the OpenAI API of
+// kPrometheusContentType), GET /load and GET /get_load (the generation requests in flight, for
+// load-aware routers; see HandleLoad), and, when the context has a tokenizer, the OpenAI API of
 // server/openai_routes.h (/v1/completions, /v1/chat/completions, /v1/models, /version, /tokenize,
 // /detokenize, with the API-key check on /v1/*). Before any body is read, the pre-routing
 // handler drops Range and refuses what server/request_guard.h refuses (framing, encodings,
@@ -111,6 +112,12 @@ class HttpServer {
   void RegisterRoutes();
   void HandleHealth(const httplib::Request& req, httplib::Response& res) const;
   void HandleMetrics(const httplib::Request& req, httplib::Response& res) const;
+  // GET /load: vLLM's shape, {"server_load": N} (vLLM's OpenAI server, route GET /load,
+  // get_server_load_metrics: the requests in flight on the generation routes). GET /get_load:
+  // what vllm-project/router's load monitor polls (src/routers/http/router.rs,
+  // get_worker_load_static: GET {worker}/get_load, reads the integer field "load"), {"load": N}.
+  // N is num_in_flight(): HTTP generation requests admitted and not yet answered.
+  void HandleLoad(const httplib::Request& req, httplib::Response& res, const char* key) const;
 
   const HttpServerOptions options_;
   const ServerContext context_;

@@ -34,6 +34,9 @@ const std::vector<Expected>& Catalogue() {
       {"vllm:cache_config_info",
        "gauge",
        {"block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_dtype"}},
+      {"vllm:lora_requests_info",
+       "gauge",
+       {"max_lora", "running_lora_adapters", "waiting_lora_adapters"}},
       {"vllm:num_preemptions_total", "counter", {}},
       {"vllm:prompt_tokens_total", "counter", {}},
       {"vllm:generation_tokens_total", "counter", {}},
@@ -143,6 +146,45 @@ TEST(MetricsCatalogueTest, EveryNameTypeAndLabelSetIsPresent) {
                                                   {"enable_prefix_caching", "True"},
                                                   {"cache_dtype", "auto"}}),
             1.0);
+  // No LoRA: present, max_lora 0, empty adapter lists, the value a Unix time (of the last step).
+  const double lora =
+      text.Value("vllm:lora_requests_info",
+                 {{"max_lora", "0"}, {"running_lora_adapters", ""}, {"waiting_lora_adapters", ""}});
+  EXPECT_GT(lora, 1.7e9);
+  EXPECT_LT(lora, 1e10);
+}
+
+// --metrics-compat gpu-cache-usage adds the three pre-V1 names with the current names' values;
+// without it they are absent (the test above finds no unexpected family).
+TEST(MetricsCatalogueTest, CompatAliasesCarryTheCurrentValues) {
+  MetricsConfig config = TestMetricsConfig();
+  config.compat_gpu_cache_usage = true;
+  PrometheusMetrics metrics(config);
+  MetricsObserver observer(&metrics);
+  SchedulerStats s;
+  s.kv_cache_usage = 0.375;
+  s.prefix_cache_queries = 48;
+  s.prefix_cache_hits = 32;
+  observer.OnStep(s);
+  s.kv_cache_usage = 0.5;
+  s.prefix_cache_queries = 16;
+  s.prefix_cache_hits = 0;
+  observer.OnStep(s);
+  const ParsedText text = ParsePrometheusText(metrics.Render());
+  EXPECT_EQ(text.families.at("vllm:gpu_cache_usage_perc").type, "gauge");
+  EXPECT_EQ(text.families.at("vllm:gpu_prefix_cache_queries_total").type, "counter");
+  EXPECT_EQ(text.families.at("vllm:gpu_prefix_cache_hits_total").type, "counter");
+  EXPECT_EQ(text.Value("vllm:gpu_cache_usage_perc"), 0.5);
+  EXPECT_EQ(text.Value("vllm:gpu_cache_usage_perc"), text.Value("vllm:kv_cache_usage_perc"));
+  EXPECT_EQ(text.Value("vllm:gpu_prefix_cache_queries_total"), 64.0);
+  EXPECT_EQ(text.Value("vllm:gpu_prefix_cache_queries_total"),
+            text.Value("vllm:prefix_cache_queries_total"));
+  EXPECT_EQ(text.Value("vllm:gpu_prefix_cache_hits_total"), 32.0);
+  EXPECT_EQ(text.Value("vllm:gpu_prefix_cache_hits_total"),
+            text.Value("vllm:prefix_cache_hits_total"));
+  EXPECT_EQ(
+      text.Value("vllm:gpu_cache_usage_perc", {{"model_name", "test-model"}, {"engine", "0"}}),
+      0.5);
 }
 
 // Histogram boundaries as rendered, for every histogram.
