@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bench/noop_executor.h"
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/engine_core.h"
 #include "metrics/metrics_observer.h"
 #include "metrics/prometheus_metrics.h"

@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "engine/kv_cache_events.h"
-#include "engine/status.h"
-#include "engine/thread_annotations.h"
+#include "base/status.h"
+#include "base/thread_annotations.h"
 #include "server/kv_events_config.h"
 
 namespace tinyserve {
