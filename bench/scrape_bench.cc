@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "bench/noop_executor.h"
 #include "base/clock.h"
+#include "bench/noop_executor.h"
 #include "engine/engine_core.h"
 #include "metrics/metrics_observer.h"
 #include "metrics/prometheus_metrics.h"

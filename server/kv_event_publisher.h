@@ -36,9 +36,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/kv_cache_events.h"
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "engine/kv_cache_events.h"
 #include "server/kv_events_config.h"
 
 namespace tinyserve {
