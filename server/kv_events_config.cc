@@ -19,7 +19,10 @@ StatusOr<KvEventsConfig> ParseKvEventsConfig(const std::string& json) {
   if (!j.is_object()) return Bad("expected a JSON object, got " + j.dump());
   KvEventsConfig c;
   bool publisher_set = false;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named references, not a structured binding: clang 14 cannot capture bindings in a lambda.
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     auto need = [&](bool ok, const char* type) -> Status {
       return ok ? Status::Ok() : Bad("\"" + key + "\" must be " + type + ", got " + value.dump());
     };
