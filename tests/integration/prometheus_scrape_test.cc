@@ -6,15 +6,9 @@
 // 0, equal to what tinyserve's own /metrics says once it is idle (the counter Prometheus stores is
 // the one tinyserve serves, with its labels). Skipped when no `prometheus` is on $PATH (Debian
 // package `prometheus`).
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/child_process.h"
+
 namespace tinyserve {
 namespace {
 
@@ -41,94 +37,10 @@ using std::chrono::seconds;
 constexpr int kNumRequests = 40;
 constexpr int kMaxTokens = 200;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The first directory of $PATH holding an executable `name`, else "".
-std::string FindInPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-// A port that was free on 127.0.0.1 a moment ago (for Prometheus, which cannot report a port 0).
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-// A child process with stdout and stderr going to `log_path`; killed (SIGKILL) if the test process
-// dies, and stopped (SIGTERM, then SIGKILL after 10 s) and reaped when this object goes away.
-class ChildProcess {
- public:
-  ChildProcess(const std::vector<std::string>& args, const std::string& log_path) {
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-  ~ChildProcess() { Stop(); }
-
-  bool started() const { return pid_ > 0; }
-  // True while the process has not exited (reaps it if it has).
-  bool Running() {
-    if (pid_ <= 0) return false;
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 1000; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+using testing_util::ChildProcess;
+using testing_util::FindBinary;
+using testing_util::FreeLoopbackPort;
+using testing_util::ReadFile;
 
 // The value of the sample `name{labels}` (labels as rendered, in order) in Prometheus text format.
 std::optional<double> SampleValue(const std::string& text, const std::string& series) {
@@ -153,7 +65,7 @@ class PrometheusScrapeTest : public ::testing::Test {
     if (!std::filesystem::exists(binary_) || !std::filesystem::exists(model_)) {
       GTEST_SKIP() << "needs " << binary_ << " and " << model_;
     }
-    prometheus_ = FindInPath("prometheus");
+    prometheus_ = FindBinary("prometheus");
     if (prometheus_.empty()) {
       GTEST_SKIP() << "needs the Prometheus server: install the Debian package `prometheus` "
                       "(scripts/setup.sh)";

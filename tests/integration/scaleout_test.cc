@@ -9,15 +9,9 @@
 // (deploy/grafana/tinyserve-dashboard.json, $model_name as ".*") returns data through
 // Prometheus' query API. Ephemeral ports, a temporary directory, every process stopped. Skipped
 // only when `haproxy` or `prometheus` is not installed.
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -36,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/child_process.h"
+
 namespace tinyserve {
 namespace {
 
@@ -47,93 +43,10 @@ constexpr int kReplicas = 3;
 constexpr int kRequests = 300;
 constexpr int kClients = 12;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// `name` in $PATH, then in /usr/sbin and /sbin (haproxy lives there); "" if absent.
-std::string FindBinary(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs_text = path != nullptr ? path : "/usr/bin:/bin";
-  dirs_text += ":/usr/sbin:/sbin:/usr/local/sbin";
-  std::stringstream dirs(dirs_text);
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-// A child process logging to `log_path`; SIGKILLed if the test dies, stopped (SIGTERM, SIGKILL
-// after 10 s) and reaped when this object goes away.
-class ChildProcess {
- public:
-  ChildProcess(const std::vector<std::string>& args, const std::string& log_path) {
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-  ~ChildProcess() { Stop(); }
-
-  bool started() const { return pid_ > 0; }
-  bool Running() {
-    if (pid_ <= 0) return false;
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 1000; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+using testing_util::ChildProcess;
+using testing_util::FindBinary;
+using testing_util::FreeLoopbackPort;
+using testing_util::ReadFile;
 
 // The sum of every sample of `name` (any labels) in Prometheus text; nullopt if none.
 std::optional<double> SumSamples(const std::string& text, const std::string& name) {
