@@ -68,11 +68,11 @@ std::vector<double> VllmFamilyBuckets(BucketFamily family, int64_t max_model_len
       return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
               30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
     case BucketFamily::kTimeToFirstToken:
-      return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,  0.1,   0.25,  0.5,   0.75,
-              1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0,  80.0,  160.0, 640.0, 2560.0};
+      return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+              1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
     case BucketFamily::kInterTokenLatency:
-      return {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
-              0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
+      return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+              0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
     case BucketFamily::kIterationTokens:
       return IterationTokensBuckets();
     case BucketFamily::kRequestParamsN:
@@ -82,8 +82,8 @@ std::vector<double> VllmFamilyBuckets(BucketFamily family, int64_t max_model_len
     case BucketFamily::kRequestTokens:
       return OneTwoFiveBuckets(max_model_len);
     case BucketFamily::kKvCacheResidency:
-      return {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,  0.5,  1,    2,
-              5,     10,    20,    30,   60,   120,  300, 600,  1200, 1800};
+      return {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,  1,   2,
+              5,     10,    20,    30,   60,   120,  300, 600, 1200, 1800};
   }
   return {};
 }
@@ -116,11 +116,12 @@ StatusOr<BucketPreset> ParseBucketPreset(const std::string& name) {
 
 Status ParseCustomHistogramBuckets(const std::string& json_text, HistogramBucketConfig* config) {
   const std::string flag = "--custom-histogram-buckets: ";
-  const nlohmann::json parsed = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json parsed =
+      nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return InvalidArgument(flag + "not valid JSON: " + json_text);
   if (!parsed.is_object()) {
-    return InvalidArgument(flag + "expected a JSON object from bucket family keys (" +
-                           KnownKeys() + ") to lists of boundaries");
+    return InvalidArgument(flag + "expected a JSON object from bucket family keys (" + KnownKeys() +
+                           ") to lists of boundaries");
   }
   for (const auto& item : parsed.items()) {
     const std::string& key = item.key();

@@ -34,14 +34,14 @@ std::vector<double> ParamsNBuckets();
 // its boundaries from exactly one family. kv_cache_residency has no histogram in tinyserve (the
 // key is accepted, as vLLM's, and changes nothing).
 enum class BucketFamily {
-  kRequestLatency,        // e2e, queue, prefill, decode, inference
-  kTimeToFirstToken,      // vllm:time_to_first_token_seconds
-  kInterTokenLatency,     // vllm:inter_token_latency_seconds, ..._time_per_output_token_seconds
-  kIterationTokens,       // vllm:iteration_tokens_total
-  kRequestParamsN,        // vllm:request_params_n
-  kRequestNumPreemptions, // vllm:request_num_preemptions
-  kRequestTokens,         // vllm:request_prompt_tokens, _generation_tokens, _params_max_tokens
-  kKvCacheResidency,      // none here
+  kRequestLatency,         // e2e, queue, prefill, decode, inference
+  kTimeToFirstToken,       // vllm:time_to_first_token_seconds
+  kInterTokenLatency,      // vllm:inter_token_latency_seconds, ..._time_per_output_token_seconds
+  kIterationTokens,        // vllm:iteration_tokens_total
+  kRequestParamsN,         // vllm:request_params_n
+  kRequestNumPreemptions,  // vllm:request_num_preemptions
+  kRequestTokens,          // vllm:request_prompt_tokens, _generation_tokens, _params_max_tokens
+  kKvCacheResidency,       // none here
 };
 inline constexpr int kNumBucketFamilies = 8;
 // vLLM's key of `family` ("request_latency", ...).

@@ -23,7 +23,8 @@ std::string Lower(std::string_view s) {
 }
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Escapes backslash, double quote and line feed (OpenMetrics: label values and HELP text).
@@ -193,8 +194,8 @@ std::string SerializeOpenMetrics(const std::vector<prometheus::MetricFamily>& fa
                          "le", OpenMetricsFloat(bucket.upper_bound));
           }
           if (!has_inf) {
-            AppendSample(out, name + "_bucket", m.label,
-                         std::to_string(m.histogram.sample_count), "le", "+Inf");
+            AppendSample(out, name + "_bucket", m.label, std::to_string(m.histogram.sample_count),
+                         "le", "+Inf");
           }
           AppendSample(out, name + "_count", m.label, std::to_string(m.histogram.sample_count));
           AppendSample(out, name + "_sum", m.label, OpenMetricsFloat(m.histogram.sample_sum));

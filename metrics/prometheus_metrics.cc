@@ -53,9 +53,9 @@ std::string Help(const std::string& what) { return what + kClock; }
 
 PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
     : config_(config),
-      created_unix_s_(std::chrono::duration<double>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count()),
+      created_unix_s_(
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count()),
       registry_(std::make_shared<Registry>()),
       token_latency_buckets_(
           FamilyBuckets(config.buckets, BucketFamily::kInterTokenLatency, config.max_model_len)),

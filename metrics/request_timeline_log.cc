@@ -122,7 +122,8 @@ void RequestTimelineLog::AppendEntryJson(const Entry& e, double now, std::string
   }
   out->append(",\"spans\":[");
   bool first = true;
-  if (t.queued_ts) AppendSpan("queued", *t.queued_ts, t.first_scheduled_ts.value_or(end), &first, out);
+  if (t.queued_ts)
+    AppendSpan("queued", *t.queued_ts, t.first_scheduled_ts.value_or(end), &first, out);
   if (t.first_scheduled_ts) {
     AppendSpan("prefill", *t.first_scheduled_ts, t.first_token_ts.value_or(end), &first, out);
   }

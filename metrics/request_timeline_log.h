@@ -43,9 +43,10 @@ class RequestTimelineLog final : public EngineObserver {
   bool wants_every_token_event() const override { return false; }
 
   // JSON: {"now": now, "requests": [{"id", "state" (queued|prefill|decode|preempted|finished),
-  // "arrival", "finish_reason" (null while live), "num_preemptions", "generated_tokens" (null while live),
-  // "spans": [{"phase", "start", "end"}]}]}: finished requests first (oldest first), then live ones
-  // (by arrival). Times are seconds of the engine Clock; open spans end at `now` (REQUIRES: `now`
+  // "arrival", "finish_reason" (null while live), "num_preemptions", "generated_tokens" (null while
+  // live), "spans": [{"phase", "start", "end"}]}]}: finished requests first (oldest first), then
+  // live ones (by arrival). Times are seconds of the engine Clock; open spans end at `now`
+  // (REQUIRES: `now`
   // >= every stamp seen, e.g. the engine Clock's Now()). Thread-safe.
   std::string RenderJson(double now) const;
 

@@ -60,25 +60,25 @@ MetricsConfig ConfigWith(HistogramBucketConfig buckets) {
   return config;
 }
 
-// vLLM's defaults, written out from vllm/v1/metrics/buckets.py (not computed by the code under test).
+// vLLM's defaults, written out from vllm/v1/metrics/buckets.py (not computed by the code under
+// test).
 const std::vector<double> kVllmRequestLatency = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
                                                  5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                                  60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-const std::vector<double> kVllmTtft = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,  0.1,
-                                       0.25,  0.5,   0.75, 1.0,  2.5,  5.0,   7.5,   10.0,
+const std::vector<double> kVllmTtft = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                       0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                        20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
-const std::vector<double> kVllmItl = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
-                                      0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kVllmItl = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                      0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 
 TEST(BucketFamiliesTest, VllmPresetGivesVllmsExactDefaultsToEveryHistogram) {
   HistogramBucketConfig buckets;
   buckets.preset = BucketPreset::kVllm;
   PrometheusMetrics metrics(ConfigWith(buckets));
   const auto bounds = HistogramBounds(metrics);
-  for (const char* name :
-       {"vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
-        "vllm:request_inference_time_seconds"}) {
+  for (const char* name : {"vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+                           "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                           "vllm:request_inference_time_seconds"}) {
     EXPECT_EQ(bounds.at(name), kVllmRequestLatency) << name;
   }
   EXPECT_EQ(bounds.at("vllm:time_to_first_token_seconds"), kVllmTtft);
@@ -121,10 +121,9 @@ TEST(BucketFamiliesTest, CustomFamilyReplacesEveryHistogramOfThatFamilyOnly) {
                   .ok());
   PrometheusMetrics metrics(ConfigWith(buckets));
   const auto bounds = HistogramBounds(metrics);
-  for (const char* name :
-       {"vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
-        "vllm:request_inference_time_seconds"}) {
+  for (const char* name : {"vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+                           "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                           "vllm:request_inference_time_seconds"}) {
     EXPECT_EQ(bounds.at(name), (std::vector<double>{0.01, 0.05, 1, 30})) << name;
   }
   EXPECT_EQ(bounds.at("vllm:request_prompt_tokens"), (std::vector<double>{4, 64}));

@@ -117,9 +117,8 @@ TEST(RequestTimelineLogTest, AbortedWhilePreemptedClosesItsSpansAtTheFinish) {
   const json got = json::parse(log.RenderJson(10.0));
   ASSERT_EQ(got["requests"].size(), 1u);
   EXPECT_EQ(got["requests"][0]["finish_reason"], "abort");
-  EXPECT_EQ(got["requests"][0]["spans"],
-            json({Span("queued", 0, 1), Span("prefill", 1, 2), Span("decode", 2, 2),
-                  Span("preempted", 3, 4)}));
+  EXPECT_EQ(got["requests"][0]["spans"], json({Span("queued", 0, 1), Span("prefill", 1, 2),
+                                               Span("decode", 2, 2), Span("preempted", 3, 4)}));
 }
 
 TEST(RequestTimelineLogTest, KeepsOnlyTheLastFinishedAndBoundedPreemptionSpans) {
