@@ -140,6 +140,22 @@ CLI::App* AddBenchServeCommand(CLI::App& bench, BenchServeFlags& f) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--disable-tqdm,--no-progress", f.disable_progress, "no progress bar");
   cmd->add_option("--metric-percentiles", f.percentiles, "comma-separated, e.g. 50,90,99");
+  cmd->add_option("--percentile-metrics", f.percentile_metrics,
+                  "comma-separated metrics to report: ttft, tpot, itl, e2el")
+      ->capture_default_str();
+  cmd->add_option("--goodput", f.goodput,
+                  "service level objectives as KEY:VALUE pairs in ms (ttft, tpot, e2el): "
+                  "reports the requests/s that meet all of them")
+      ->expected(1, -1);
+  cmd->add_option("--label", f.label, "label of the result (the JSON's \"label\")");
+  cmd->add_option("--temperature", f.temperature,
+                  "temperature to send (default: none, the server's default applies)");
+  cmd->add_option("--top-p", f.top_p, "top_p to send");
+  cmd->add_option("--top-k", f.top_k, "top_k to send");
+  cmd->add_option("--min-p", f.min_p, "min_p to send");
+  cmd->add_option("--frequency-penalty", f.frequency_penalty, "frequency_penalty to send");
+  cmd->add_option("--presence-penalty", f.presence_penalty, "presence_penalty to send");
+  cmd->add_option("--repetition-penalty", f.repetition_penalty, "repetition_penalty to send");
   cmd->add_option("--timeout", f.timeout_s, "per-request read timeout (s)");
   cmd->add_option("--save-result", f.save_result, "write the result JSON to this file");
   cmd->add_flag("--scrape-metrics", f.scrape_metrics,
@@ -166,6 +182,17 @@ int RunBenchServe(const BenchServeFlags& f) {
   if (!rate.ok()) return Fail(kCmd, rate.status().message());
   StatusOr<std::vector<double>> percentiles = ParsePercentiles(f.percentiles);
   if (!percentiles.ok()) return Fail(kCmd, percentiles.status().message());
+  StatusOr<std::vector<std::string>> percentile_metrics =
+      bench::ParsePercentileMetrics(f.percentile_metrics);
+  if (!percentile_metrics.ok()) return Fail(kCmd, percentile_metrics.status().message());
+  StatusOr<bench::GoodputSlos> goodput = bench::ParseGoodput(f.goodput);
+  if (!goodput.ok()) return Fail(kCmd, goodput.status().message());
+  if (!f.temperature) {
+    std::fprintf(stderr,
+                 "tinyserve bench serve: no --temperature: the requests carry none, so the "
+                 "server's default applies (as `vllm bench serve` now does); --temperature 0 "
+                 "for greedy decoding\n");
+  }
 
   StatusOr<std::vector<bench::BenchPrompt>> prompts = std::vector<bench::BenchPrompt>{};
   if (f.dataset == "jsonl") {
@@ -195,6 +222,13 @@ int RunBenchServe(const BenchServeFlags& f) {
   run.target = *target;
   run.model = model;
   run.ignore_eos = f.ignore_eos;
+  run.sampling.temperature = f.temperature;
+  run.sampling.top_p = f.top_p;
+  run.sampling.top_k = f.top_k;
+  run.sampling.min_p = f.min_p;
+  run.sampling.frequency_penalty = f.frequency_penalty;
+  run.sampling.presence_penalty = f.presence_penalty;
+  run.sampling.repetition_penalty = f.repetition_penalty;
   run.request_rate = *rate;
   run.burstiness = f.burstiness;
   run.seed = f.seed;
@@ -229,7 +263,7 @@ int RunBenchServe(const BenchServeFlags& f) {
   if (!result.ok()) return Fail(kCmd, result.status().message());
 
   const bench::BenchSummary summary =
-      bench::Summarize(result->records, result->end_s - result->start_s, *percentiles);
+      bench::Summarize(result->records, result->end_s - result->start_s, *percentiles, *goodput);
   bench::RunDescription desc;
   desc.backend = target->is_chat ? "openai-chat" : "openai";
   desc.model_id = model;
@@ -242,6 +276,8 @@ int RunBenchServe(const BenchServeFlags& f) {
   desc.burstiness = f.burstiness;
   desc.max_concurrency = f.max_concurrency;
   desc.percentiles = *percentiles;
+  desc.percentile_metrics = *percentile_metrics;
+  desc.label = f.label;
   bench::PrintResultBlock(stdout, summary, desc, server);
   for (const bench::RequestRecord& r : result->records) {
     if (!r.success) {

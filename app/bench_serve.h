@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -39,6 +41,13 @@ struct BenchServeFlags {
   int num_warmups = 0;
   bool disable_progress = false;
   std::string percentiles = "99";
+  std::string percentile_metrics = "ttft,tpot,itl";  // vLLM's default for generation
+  std::vector<std::string> goodput;                  // KEY:VALUE SLOs in ms (ttft, tpot, e2el)
+  std::string label;
+  // vLLM's sampling flags; unset ones are not sent (the server's defaults apply).
+  std::optional<double> temperature, top_p, min_p, frequency_penalty, presence_penalty,
+      repetition_penalty;
+  std::optional<int> top_k;
   double timeout_s = 600.0;
   std::string save_result;
   bool scrape_metrics = false;

@@ -16,6 +16,7 @@
 #include "engine/fault_injecting_executor.h"
 #include "metrics/metrics_observer.h"
 #include "metrics/prometheus_metrics.h"
+#include "metrics/request_timeline_log.h"
 #include "metrics/stats_logger.h"
 #include "metrics/trace_writer.h"
 #include "models/model_loader.h"
@@ -135,6 +136,16 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "socket): vLLM's KVEventsConfig JSON, e.g. '{\"enable_kv_cache_events\": "
                   "true, \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": "
                   "\"tcp://*:5558\", \"topic\": \"kv\"}'");
+  cmd->add_option("--histogram-buckets", f.histogram_buckets,
+                  "histogram boundaries: tinyserve (vLLM's with finer ones below them) or vllm "
+                  "(vLLM's exact defaults, to compare side by side)")
+      ->capture_default_str();
+  cmd->add_option("--custom-histogram-buckets", f.custom_histogram_buckets,
+                  "replace the boundaries of bucket families, as vLLM's flag: a JSON object from "
+                  "family key (request_latency, time_to_first_token, inter_token_latency, "
+                  "iteration_tokens, request_params_n, request_num_preemptions, request_tokens, "
+                  "kv_cache_residency) to increasing boundaries, e.g. "
+                  "'{\"request_latency\": [0.01, 0.1, 1, 10]}'");
   // Hidden (empty group): fault injection for the reliability tests and scripts/soak.sh.
   cmd->add_option("--fault-inject-rate", f.fault_inject_rate,
                   "fail this share of executor calls (testing)")
@@ -173,6 +184,16 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     StatusOr<KvEventsConfig> parsed = ParseKvEventsConfig(f.kv_events_config);
     if (!parsed.ok()) return fail(parsed.status());
     kv_events = *parsed;
+  }
+  HistogramBucketConfig buckets;
+  {
+    StatusOr<BucketPreset> preset = ParseBucketPreset(f.histogram_buckets);
+    if (!preset.ok()) return fail(preset.status());
+    buckets.preset = *preset;
+    if (!f.custom_histogram_buckets.empty()) {
+      Status parsed = ParseCustomHistogramBuckets(f.custom_histogram_buckets, &buckets);
+      if (!parsed.ok()) return fail(parsed);
+    }
   }
   StatusOr<LoadedModel> model = ResolveAndLoadModel({f.model, f.tokenizer}, default_shared_dir);
   if (!model.ok()) return fail(model.status());
@@ -224,11 +245,14 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   for (const std::string& compat : f.metrics_compat) {
     if (compat == "gpu-cache-usage") metrics_config.compat_gpu_cache_usage = true;
   }
+  metrics_config.buckets = buckets;
   PrometheusMetrics metrics(metrics_config);
   MetricsObserver metrics_observer(&metrics);
   StatsLogger stats_logger(&clock, &LogLine);
   engine.AddObserver(&metrics_observer);
   engine.AddObserver(&stats_logger);
+  RequestTimelineLog timelines;  // GET /debug/request_timelines, the /dashboard's timeline
+  engine.AddObserver(&timelines);
   std::unique_ptr<TraceWriter> trace;
   if (!f.trace_file.empty()) {
     auto opened = TraceWriter::Open(f.trace_file);
@@ -261,6 +285,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.served_model_name = served_model_name;
   context.engine = &engine;
   context.metrics = &metrics;
+  context.timelines = &timelines;
   context.tokenizer = model->tokenizer.get();
   context.clock = &clock;
   context.model_root = model->model_path;

@@ -40,6 +40,10 @@ struct ServeFlags {
   std::vector<std::string> metrics_compat;
   // --kv-events-config JSON: vLLM's KVEventsConfig (server/kv_events_config.h); "": no events.
   std::string kv_events_config;
+  // --histogram-buckets tinyserve|vllm and --custom-histogram-buckets JSON
+  // (metrics/metric_buckets.h).
+  std::string histogram_buckets = "tinyserve";
+  std::string custom_histogram_buckets;
   // Fault injection for reliability tests (hidden flags; engine/fault_injecting_executor.h).
   double fault_inject_rate = 0.0;    // --fault-inject-rate: share of executor calls that fail
   uint64_t fault_seed = 0;           // --fault-seed

@@ -24,6 +24,7 @@
 #include "engine/model_executor.h"
 #include "metrics/metrics_observer.h"
 #include "metrics/prometheus_metrics.h"
+#include "metrics/request_timeline_log.h"
 
 namespace tinyserve {
 namespace {
@@ -44,7 +45,7 @@ class NullObserver final : public EngineObserver {
   bool wants_every_token_event() const override { return false; }
 };
 
-enum class Observers { kNone, kNull, kMetrics };
+enum class Observers { kNone, kNull, kMetrics, kMetricsAndTimelines };
 
 // Median microseconds per decode step of `num_requests` requests, with the given observers.
 double EngineStepMicros(int32_t num_requests, int32_t num_steps, Observers observers) {
@@ -61,7 +62,11 @@ double EngineStepMicros(int32_t num_requests, int32_t num_steps, Observers obser
   PrometheusMetrics metrics(MetricsConfig{});
   MetricsObserver observer(&metrics);
   NullObserver null_observer;
-  if (observers == Observers::kMetrics) core.AddObserver(&observer);
+  RequestTimelineLog timelines;  // the /dashboard's observer, as `serve` registers it
+  if (observers == Observers::kMetrics || observers == Observers::kMetricsAndTimelines) {
+    core.AddObserver(&observer);
+  }
+  if (observers == Observers::kMetricsAndTimelines) core.AddObserver(&timelines);
   if (observers == Observers::kNull) core.AddObserver(&null_observer);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int32_t i = 0; i < num_requests; ++i) {
@@ -118,8 +123,13 @@ double ObserverStepMicros(int32_t num_requests, int32_t num_steps, double step_u
   return Seconds(start, BenchClock::now()) * 1e6 / num_steps;
 }
 
-// Milliseconds per Render() after `num_finished` requests went through the observer.
-double RenderMillis(int32_t num_finished, size_t* text_bytes) {
+// Milliseconds per render (Prometheus text 0.0.4, and OpenMetrics) after `num_finished` requests
+// went through the observer, in alternating rounds (ABBA) of the two formats.
+struct RenderTimes {
+  double text_ms = 0, openmetrics_ms = 0;
+  size_t text_bytes = 0, openmetrics_bytes = 0;
+};
+RenderTimes RenderMillis(int32_t num_finished) {
   PrometheusMetrics metrics(MetricsConfig{});
   MetricsObserver observer(&metrics);
   std::vector<int32_t> prompt(110, 1);
@@ -144,35 +154,55 @@ double RenderMillis(int32_t num_finished, size_t* text_bytes) {
     stats.ts = t + 0.04;
     observer.OnStep(stats);
   }
-  const int kRenders = 200;
-  size_t bytes = 0;
-  const auto start = BenchClock::now();
-  for (int i = 0; i < kRenders; ++i) bytes = metrics.Render().size();
-  *text_bytes = bytes;
-  return Seconds(start, BenchClock::now()) * 1e3 / kRenders;
+  const int kRenders = 50;
+  std::vector<double> text, open;
+  RenderTimes out;
+  for (int round = 0; round < 8; ++round) {
+    const bool openmetrics = round % 4 == 1 || round % 4 == 2;  // A B B A ...
+    const auto start = BenchClock::now();
+    for (int i = 0; i < kRenders; ++i) {
+      if (openmetrics) {
+        out.openmetrics_bytes = metrics.RenderOpenMetrics().size();
+      } else {
+        out.text_bytes = metrics.Render().size();
+      }
+    }
+    (openmetrics ? open : text).push_back(Seconds(start, BenchClock::now()) * 1e3 / kRenders);
+  }
+  std::sort(text.begin(), text.end());
+  std::sort(open.begin(), open.end());
+  out.text_ms = (text[1] + text[2]) / 2;  // median of 4
+  out.openmetrics_ms = (open[1] + open[2]) / 2;
+  return out;
 }
 
 int Run(int argc, char** argv) {
   const int32_t num_requests = argc > 1 ? std::atoi(argv[1]) : 256;
   const int32_t num_steps = argc > 2 ? std::atoi(argv[2]) : 1000;
   const int32_t num_rounds = argc > 3 ? std::atoi(argv[3]) : 5;
-  std::vector<double> off, null, on;
+  std::vector<double> off, null, on, both;
   for (int32_t round = 0; round < num_rounds; ++round) {
     off.push_back(EngineStepMicros(num_requests, num_steps, Observers::kNone));
     null.push_back(EngineStepMicros(num_requests, num_steps, Observers::kNull));
     on.push_back(EngineStepMicros(num_requests, num_steps, Observers::kMetrics));
+    both.push_back(EngineStepMicros(num_requests, num_steps, Observers::kMetricsAndTimelines));
   }
   std::sort(off.begin(), off.end());
   std::sort(null.begin(), null.end());
   std::sort(on.begin(), on.end());
+  std::sort(both.begin(), both.end());
   const double off_us = off[off.size() / 2], null_us = null[null.size() / 2],
-               on_us = on[on.size() / 2];
+               on_us = on[on.size() / 2], both_us = both[both.size() / 2];
   std::printf(
       "metrics_bench: engine step, %d running requests in decode (no-op executor), median of %d "
       "rounds x %d steps: no observer %.2f us/step, empty observer %.2f (%+.1f%%), metrics "
       "%.2f (%+.1f%%)\n",
       num_requests, num_rounds, num_steps, off_us, null_us, 100.0 * (null_us - off_us) / off_us,
       on_us, 100.0 * (on_us - off_us) / off_us);
+  std::printf(
+      "metrics_bench: metrics + request timelines (/dashboard): %.2f us/step (%+.1f%% of "
+      "metrics alone)\n",
+      both_us, 100.0 * (both_us - on_us) / on_us);
   std::vector<double> observer_rounds;  // a descheduling inside one round spoils only that round
   for (int32_t round = 0; round < 2 * num_rounds + 1; ++round) {
     observer_rounds.push_back(ObserverStepMicros(num_requests, num_steps * 10, off_us));
@@ -185,10 +215,13 @@ int Run(int argc, char** argv) {
       "the metrics-off ones, median round: %.3f us/step "
       "(%.1f%% of the metrics-off step)\n",
       num_requests, observer_us, 100.0 * observer_us / off_us);
-  size_t bytes = 0;
-  const double render_ms = RenderMillis(10000, &bytes);
+  const RenderTimes render = RenderMillis(10000);
   std::printf("metrics_bench: Render() after 10000 finished requests: %.3f ms (%zu bytes)\n",
-              render_ms, bytes);
+              render.text_ms, render.text_bytes);
+  std::printf(
+      "metrics_bench: RenderOpenMetrics() on the same registry, ABBA rounds: %.3f ms (%zu bytes), "
+      "%.2fx the text format\n",
+      render.openmetrics_ms, render.openmetrics_bytes, render.openmetrics_ms / render.text_ms);
   return 0;
 }
 

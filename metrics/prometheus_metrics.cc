@@ -6,7 +6,10 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <chrono>
+
 #include "metrics/metric_buckets.h"
+#include "metrics/openmetrics_text.h"
 
 namespace tinyserve {
 namespace {
@@ -50,9 +53,14 @@ std::string Help(const std::string& what) { return what + kClock; }
 
 PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
     : config_(config),
+      created_unix_s_(
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count()),
       registry_(std::make_shared<Registry>()),
-      token_latency_buckets_(TokenLatencyBuckets()),
-      iteration_tokens_buckets_(IterationTokensBuckets()),
+      token_latency_buckets_(
+          FamilyBuckets(config.buckets, BucketFamily::kInterTokenLatency, config.max_model_len)),
+      iteration_tokens_buckets_(
+          FamilyBuckets(config.buckets, BucketFamily::kIterationTokens, config.max_model_len)),
       num_requests_running(AddGauge(
           *registry_, config_, "vllm:num_requests_running",
           "Number of requests in the running batch (scheduled in the last engine step), after "
@@ -113,7 +121,7 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
           Help("Histogram of time to first token in seconds: from the request's arrival at the "
                "frontend to the output time of the step that produced its first token; includes "
                "any preemption before that token."),
-          TtftBuckets())),
+          Buckets(BucketFamily::kTimeToFirstToken))),
       inter_token_latency(AddHistogram(
           *registry_, config_, "vllm:inter_token_latency_seconds",
           Help("Histogram of inter-token latency in seconds: one sample per gap between two "
@@ -128,44 +136,44 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
           *registry_, config_, "vllm:e2e_request_latency_seconds",
           Help("Histogram of end-to-end request latency in seconds: from arrival at the frontend "
                "to the finish (any finished_reason)."),
-          RequestLatencyBuckets())),
+          Buckets(BucketFamily::kRequestLatency))),
       queue_time(AddHistogram(
           *registry_, config_, "vllm:request_queue_time_seconds",
           Help("Histogram of time spent in WAITING phase for request in seconds: from QUEUED to "
                "the first SCHEDULED; requests never scheduled give no sample."),
-          RequestLatencyBuckets())),
+          Buckets(BucketFamily::kRequestLatency))),
       prefill_time(AddHistogram(
           *registry_, config_, "vllm:request_prefill_time_seconds",
           Help("Histogram of time spent in PREFILL phase for request in seconds: from the first "
                "SCHEDULED to the first token, preemption stalls included; requests without a "
                "token give no sample."),
-          RequestLatencyBuckets())),
+          Buckets(BucketFamily::kRequestLatency))),
       decode_time(AddHistogram(
           *registry_, config_, "vllm:request_decode_time_seconds",
           Help("Histogram of time spent in DECODE phase for request in seconds: from the first "
                "token to the last token, preemption stalls included; requests without a token "
                "give no sample."),
-          RequestLatencyBuckets())),
+          Buckets(BucketFamily::kRequestLatency))),
       inference_time(AddHistogram(
           *registry_, config_, "vllm:request_inference_time_seconds",
           Help("Histogram of time spent in RUNNING phase for request in seconds: prefill + "
                "decode (first SCHEDULED to last token); requests without a token give no sample."),
-          RequestLatencyBuckets())),
+          Buckets(BucketFamily::kRequestLatency))),
       request_prompt_tokens(AddHistogram(
           *registry_, config_, "vllm:request_prompt_tokens",
           "Number of prefill tokens processed: the prompt length of each finished request.",
-          OneTwoFiveBuckets(config_.max_model_len))),
+          Buckets(BucketFamily::kRequestTokens))),
       request_generation_tokens(AddHistogram(
           *registry_, config_, "vllm:request_generation_tokens",
           "Number of generation tokens processed: the output length of each finished request.",
-          OneTwoFiveBuckets(config_.max_model_len))),
+          Buckets(BucketFamily::kRequestTokens))),
       request_max_tokens(
           AddHistogram(*registry_, config_, "vllm:request_params_max_tokens",
                        "Histogram of the max_tokens request parameter, per finished request.",
-                       OneTwoFiveBuckets(config_.max_model_len))),
+                       Buckets(BucketFamily::kRequestTokens))),
       request_n(AddHistogram(*registry_, config_, "vllm:request_params_n",
                              "Histogram of the n request parameter, per finished request.",
-                             ParamsNBuckets())),
+                             Buckets(BucketFamily::kRequestParamsN))),
       iteration_tokens(AddHistogram(
           *registry_, config_, "vllm:iteration_tokens_total",
           "Histogram of the number of tokens computed per engine step (prefill chunks + decodes), "
@@ -174,7 +182,7 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
       request_num_preemptions(
           AddHistogram(*registry_, config_, "vllm:request_num_preemptions",
                        "Histogram of the number of preemptions of each finished request.",
-                       PreemptionCountBuckets())) {
+                       Buckets(BucketFamily::kRequestNumPreemptions))) {
   auto& blocks = prometheus::BuildGauge()
                      .Name("tinyserve_kv_cache_blocks")
                      .Help(
@@ -227,8 +235,16 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
 
 PrometheusMetrics::~PrometheusMetrics() = default;
 
+std::vector<double> PrometheusMetrics::Buckets(BucketFamily family) const {
+  return FamilyBuckets(config_.buckets, family, config_.max_model_len);
+}
+
 std::string PrometheusMetrics::Render() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+std::string PrometheusMetrics::RenderOpenMetrics() const {
+  return SerializeOpenMetrics(registry_->Collect(), created_unix_s_);
 }
 
 }  // namespace tinyserve

@@ -25,6 +25,7 @@
 
 #include "engine/events.h"
 #include "engine/scheduler_stats.h"
+#include "metrics/metric_buckets.h"
 
 namespace tinyserve {
 
@@ -43,6 +44,8 @@ struct MetricsConfig {
   // V1's renames): vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_queries_total and
   // vllm:gpu_prefix_cache_hits_total, with the values of the current names.
   bool compat_gpu_cache_usage = false;
+  // --histogram-buckets and --custom-histogram-buckets: each histogram's boundaries.
+  HistogramBucketConfig buckets;
 };
 
 // The Content-Type of Render()'s text.
@@ -62,6 +65,9 @@ class PrometheusMetrics {
 
   // The Prometheus text exposition (format 0.0.4) of every metric. Thread-safe.
   std::string Render() const;
+  // The OpenMetrics 1.0.0 text of every metric (metrics/openmetrics_text.h; `_created` is the
+  // Unix time this object was constructed). Thread-safe.
+  std::string RenderOpenMetrics() const;
 
   const MetricsConfig& config() const { return config_; }
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
@@ -71,7 +77,11 @@ class PrometheusMetrics {
   const std::vector<double>& iteration_tokens_buckets() const { return iteration_tokens_buckets_; }
 
  private:
+  // The boundaries of `family` under config_.buckets. REQUIRES: config_ is initialized.
+  std::vector<double> Buckets(BucketFamily family) const;
+
   MetricsConfig config_;
+  double created_unix_s_;  // every series is created by the constructor, and never reset
   std::shared_ptr<prometheus::Registry> registry_;
   std::vector<double> token_latency_buckets_;
   std::vector<double> iteration_tokens_buckets_;

@@ -11,7 +11,11 @@
 #include <thread>
 #include "engine/engine_core.h"
 
+#include "base/clock.h"
+#include "metrics/openmetrics_text.h"
 #include "metrics/prometheus_metrics.h"
+#include "metrics/request_timeline_log.h"
+#include "server/dashboard_page.h"
 #include "server/error_json.h"
 #include "server/openai_routes.h"
 #include "server/request_guard.h"
@@ -113,6 +117,14 @@ void HttpServer::RegisterRoutes() {
   server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     HandleMetrics(req, res);
   });
+  server_->Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(DashboardHtml(), "text/html; charset=utf-8");
+  });
+  server_->Get("/debug/request_timelines",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 HandleRequestTimelines(req, res);
+               });
   server_->Get("/load", [this](const httplib::Request& req, httplib::Response& res) {
     HandleLoad(req, res, "server_load");
   });
@@ -197,12 +209,27 @@ void HttpServer::HandleLoad(const httplib::Request&, httplib::Response& res,
   res.set_content(body.dump(), "application/json");
 }
 
-void HttpServer::HandleMetrics(const httplib::Request&, httplib::Response& res) const {
+void HttpServer::HandleMetrics(const httplib::Request& req, httplib::Response& res) const {
   if (context_.metrics == nullptr) {
     SetErrorResponse(res, 503, "metrics are not enabled");
     return;
   }
+  // Prometheus text 0.0.4 unless the scraper's Accept asks for OpenMetrics.
+  res.set_header("Vary", "Accept");
+  if (NegotiateExposition(req.get_header_value("Accept")) == ExpositionFormat::kOpenMetrics100) {
+    res.set_content(context_.metrics->RenderOpenMetrics(), kOpenMetricsContentType);
+    return;
+  }
   res.set_content(context_.metrics->Render(), kPrometheusContentType);
+}
+
+void HttpServer::HandleRequestTimelines(const httplib::Request&, httplib::Response& res) const {
+  if (context_.timelines == nullptr || context_.clock == nullptr) {
+    SetErrorResponse(res, 503, "request timelines are not enabled");
+    return;
+  }
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(context_.timelines->RenderJson(context_.clock->Now()), "application/json");
 }
 
 }  // namespace tinyserve

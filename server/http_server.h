@@ -3,11 +3,15 @@
 //
 // Routes: GET /health (200, or 503 when the engine is dead (EngineCore::is_dead) or
 // ServerContext::is_healthy says it is not healthy),
-// GET /metrics (the Prometheus text of ServerContext::metrics, Content-Type
-// kPrometheusContentType), GET /load and GET /get_load (the generation requests in flight, for
-// load-aware routers; see HandleLoad), and, when the context has a tokenizer, the OpenAI API of
+// GET /metrics (the Prometheus text 0.0.4 of ServerContext::metrics, Content-Type
+// kPrometheusContentType; OpenMetrics 1.0.0 text, kOpenMetricsContentType, only when the Accept
+// header asks for it: metrics/openmetrics_text.h), GET /load and GET /get_load (the generation
+// requests in flight, for load-aware routers; see HandleLoad), GET /dashboard
+// (server/dashboard_page.h: a live view that polls /metrics and GET /debug/request_timelines, the
+// JSON of ServerContext::timelines), and, when the context has a tokenizer, the OpenAI API of
 // server/openai_routes.h (/v1/completions, /v1/chat/completions, /v1/models, /version, /tokenize,
-// /detokenize, with the API-key check on /v1/*). Before any body is read, the pre-routing
+// /detokenize, with the API-key check on /v1/* only: /metrics, /dashboard and
+// /debug/request_timelines are open, as vLLM's /metrics). Before any body is read, the pre-routing
 // handler drops Range and refuses what server/request_guard.h refuses (framing, encodings,
 // non-JSON content on the JSON routes), then checks the API key; those answers, and httplib's own
 // errors (unknown routes, oversized bodies, malformed heads), close the connection, so no unread
@@ -50,6 +54,7 @@ class Clock;
 class EngineCore;
 class OpenAiRoutes;
 class PrometheusMetrics;
+class RequestTimelineLog;
 class Tokenizer;
 
 struct HttpServerOptions {
@@ -70,6 +75,8 @@ struct ServerContext {
   std::string served_model_name;
   EngineCore* engine = nullptr;
   const PrometheusMetrics* metrics = nullptr;
+  // GET /debug/request_timelines (and the /dashboard's timeline); null: 503.
+  const RequestTimelineLog* timelines = nullptr;
   std::function<bool()> is_healthy;  // null: always healthy
 
   // The OpenAI routes (registered iff tokenizer is non-null; see OpenAiContext).
@@ -112,6 +119,8 @@ class HttpServer {
   void RegisterRoutes();
   void HandleHealth(const httplib::Request& req, httplib::Response& res) const;
   void HandleMetrics(const httplib::Request& req, httplib::Response& res) const;
+  // GET /debug/request_timelines: RequestTimelineLog::RenderJson at the clock's now.
+  void HandleRequestTimelines(const httplib::Request& req, httplib::Response& res) const;
   // GET /load: vLLM's shape, {"server_load": N} (vLLM's OpenAI server, route GET /load,
   // get_server_load_metrics: the requests in flight on the generation routes). GET /get_load:
   // what vllm-project/router's load monitor polls (src/routers/http/router.rs,

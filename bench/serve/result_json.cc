@@ -1,8 +1,10 @@
 #include "bench/serve/result_json.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <string>
 
 namespace tinyserve::bench {
 namespace {
@@ -19,6 +21,11 @@ void Header(std::FILE* out, const std::string& title, char fill) {
   const int pad = std::max(0, width - static_cast<int>(title.size()));
   std::fprintf(out, "%s%s%s\n", std::string(static_cast<size_t>(pad / 2), fill).c_str(),
                title.c_str(), std::string(static_cast<size_t>(pad - pad / 2), fill).c_str());
+}
+
+bool Selected(const RunDescription& run, const char* metric) {
+  return std::find(run.percentile_metrics.begin(), run.percentile_metrics.end(), metric) !=
+         run.percentile_metrics.end();
 }
 
 void Row(std::FILE* out, const std::string& label, double v) {
@@ -57,22 +64,32 @@ void PrintResultBlock(std::FILE* out, const BenchSummary& s, const RunDescriptio
   RowInt(out, "Successful requests:", s.completed);
   RowInt(out, "Failed requests:", s.failed);
   if (run.max_concurrency > 0) RowInt(out, "Maximum request concurrency:", run.max_concurrency);
+  if (!std::isinf(run.request_rate)) Row(out, "Request rate configured (RPS):", run.request_rate);
   Row(out, "Benchmark duration (s):", s.duration_s);
   RowInt(out, "Total input tokens:", s.total_input_tokens);
   RowInt(out, "Total generated tokens:", s.total_output_tokens);
   Row(out, "Request throughput (req/s):", s.request_throughput);
+  if (s.request_goodput) Row(out, "Request goodput (req/s):", *s.request_goodput);
   Row(out, "Output token throughput (tok/s):", s.output_throughput);
   Row(out, "Peak output token throughput (tok/s):", s.peak_output_throughput);
   RowInt(out, "Peak concurrent requests:", s.peak_concurrent_requests);
   Row(out, "Total Token throughput (tok/s):", s.total_token_throughput);
-  Header(out, "Time to First Token", '-');
-  LatencyRows(out, "TTFT", s.ttft);
-  Header(out, "Time per Output Token (excl. 1st token)", '-');
-  LatencyRows(out, "TPOT", s.tpot);
-  Header(out, "Inter-token Latency", '-');
-  LatencyRows(out, "ITL", s.itl);
-  Header(out, "End-to-end Latency", '-');
-  LatencyRows(out, "E2EL", s.e2el);
+  if (Selected(run, "ttft")) {
+    Header(out, "Time to First Token", '-');
+    LatencyRows(out, "TTFT", s.ttft);
+  }
+  if (Selected(run, "tpot")) {
+    Header(out, "Time per Output Token (excl. 1st token)", '-');
+    LatencyRows(out, "TPOT", s.tpot);
+  }
+  if (Selected(run, "itl")) {
+    Header(out, "Inter-token Latency", '-');
+    LatencyRows(out, "ITL", s.itl);
+  }
+  if (Selected(run, "e2el")) {
+    Header(out, "End-to-end Latency", '-');
+    LatencyRows(out, "E2EL", s.e2el);
+  }
   if (server) {
     Header(out, "Server view (/metrics)", '-');
     RowInt(out, "Preemptions:", std::llround(server->preemptions));
@@ -103,7 +120,10 @@ nlohmann::ordered_json ResultJson(const RunDescription& run, const RunResult& re
   char date[32];
   std::strftime(date, sizeof(date), "%Y%m%d-%H%M%S", std::gmtime(&now));
   j["date"] = date;
+  j["endpoint_type"] = run.backend;
   j["backend"] = run.backend;
+  j["label"] =
+      run.label.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(run.label);
   j["model_id"] = run.model_id;
   j["tokenizer_id"] = nullptr;
   j["base_url"] = run.base_url;
@@ -121,27 +141,34 @@ nlohmann::ordered_json ResultJson(const RunDescription& run, const RunResult& re
   j["total_input_tokens"] = s.total_input_tokens;
   j["total_output_tokens"] = s.total_output_tokens;
   j["request_throughput"] = s.request_throughput;
+  j["request_goodput"] = Optional(s.request_goodput);
   j["output_throughput"] = s.output_throughput;
   j["total_token_throughput"] = s.total_token_throughput;
+  // The per-request arrays are filled below; their keys go in now, in vLLM's order (an
+  // ordered_json's members move when keys are added, so no reference into it is kept).
+  static constexpr const char* kArrays[] = {
+      "input_lens", "output_lens", "ttfts",           "itls",
+      "latencies",  "start_times", "generated_texts", "errors"};
+  for (const char* key : kArrays) j[key] = nullptr;
+  nlohmann::ordered_json input_lens = nlohmann::ordered_json::array(), output_lens = input_lens,
+                         ttfts = input_lens, itls = input_lens, latencies = input_lens,
+                         start_times = input_lens, texts = input_lens, errors = input_lens,
+                         requests = input_lens;
   j["max_output_tokens_per_s"] = s.peak_output_throughput;
   j["max_concurrent_requests"] = s.peak_concurrent_requests;
-  LatencyKeys(j, "ttft", s.ttft);
-  LatencyKeys(j, "tpot", s.tpot);
-  LatencyKeys(j, "itl", s.itl);
-  LatencyKeys(j, "e2el", s.e2el);
-  auto& input_lens = j["input_lens"] = nlohmann::ordered_json::array();
-  auto& output_lens = j["output_lens"] = nlohmann::ordered_json::array();
-  auto& ttfts = j["ttfts"] = nlohmann::ordered_json::array();
-  auto& itls = j["itls"] = nlohmann::ordered_json::array();
-  auto& texts = j["generated_texts"] = nlohmann::ordered_json::array();
-  auto& errors = j["errors"] = nlohmann::ordered_json::array();
-  auto& requests = j["requests"] = nlohmann::ordered_json::array();
+  j["rtfx"] = 0.0;  // vLLM's inverse real-time factor of speech benchmarks; no audio here
+  if (Selected(run, "ttft")) LatencyKeys(j, "ttft", s.ttft);
+  if (Selected(run, "tpot")) LatencyKeys(j, "tpot", s.tpot);
+  if (Selected(run, "itl")) LatencyKeys(j, "itl", s.itl);
+  if (Selected(run, "e2el")) LatencyKeys(j, "e2el", s.e2el);
   for (const RequestRecord& r : result.records) {
     const RequestMetrics m = ComputeRequestMetrics(r);
     input_lens.push_back(r.prompt_len);
     output_lens.push_back(r.success ? r.output_len : 0);
     ttfts.push_back(r.success ? m.ttft_s : 0.0);
     itls.push_back(m.itl_s);
+    latencies.push_back(r.success ? m.e2el_s : 0.0);
+    start_times.push_back(r.start_s - result.start_s);
     texts.push_back(r.generated_text);
     errors.push_back(r.error);
     nlohmann::ordered_json chunks = nlohmann::ordered_json::array();
@@ -162,6 +189,15 @@ nlohmann::ordered_json ResultJson(const RunDescription& run, const RunResult& re
                         {"itls_s", m.itl_s},
                         {"chunk_times_s", chunks}});
   }
+  j["input_lens"] = std::move(input_lens);
+  j["output_lens"] = std::move(output_lens);
+  j["ttfts"] = std::move(ttfts);
+  j["itls"] = std::move(itls);
+  j["latencies"] = std::move(latencies);
+  j["start_times"] = std::move(start_times);
+  j["generated_texts"] = std::move(texts);
+  j["errors"] = std::move(errors);
+  j["requests"] = std::move(requests);
   if (server) {
     j["server_metrics"] = {{"preemptions", server->preemptions},
                            {"requests_finished", server->requests_finished},

@@ -1,7 +1,11 @@
 // The outputs of `tinyserve bench serve`: the result block printed like `vllm bench serve`'s, and
-// the --save-result JSON with vLLM's key names (completed, failed, duration, total_input_tokens,
-// ..., mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms, the same for tpot, itl and e2el,
-// input_lens, output_lens, ttfts, itls, generated_texts, errors), plus "requests": every
+// the --save-result JSON with the keys vLLM's `vllm bench serve` writes (date, endpoint_type,
+// backend, label, model_id, tokenizer_id, num_prompts, request_rate, burstiness,
+// max_concurrency, duration, completed, failed, total_input_tokens, total_output_tokens,
+// request_throughput, request_goodput (null without --goodput), output_throughput,
+// total_token_throughput, input_lens, output_lens, ttfts, itls, latencies, start_times,
+// generated_texts, errors, max_output_tokens_per_s, max_concurrent_requests, rtfx, then mean_,
+// median_, std_ and p<N>_ <metric>_ms for each --percentile-metrics metric), plus "requests": every
 // per-request measurement (times in seconds, relative to the benchmark's start), and
 // "server_metrics" when /metrics was scraped.
 #pragma once
@@ -25,6 +29,10 @@ struct RunDescription {  // what was run, for the JSON
   double request_rate = 0, burstiness = 1;
   int max_concurrency = 0;  // 0: unlimited
   std::vector<double> percentiles;
+  // --percentile-metrics: which of ttft, tpot, itl, e2el get their block and keys (vLLM's default:
+  // ttft, tpot, itl).
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl", "e2el"};
+  std::string label;  // --label ("" : null in the JSON)
 };
 
 // Writes the result block (and the server's view, when given) to `out`.

@@ -42,8 +42,9 @@ Status RunWarmup(const RunOptions& o, const std::vector<BenchPrompt>& prompts, i
                  const Clock& clock) {
   StreamClient client(o.target, &clock);
   for (int i = 0; i < num_warmup && !prompts.empty(); ++i) {
-    StatusOr<std::string> body = BuildRequestBody(
-        o.target, o.model, prompts[static_cast<size_t>(i) % prompts.size()], o.ignore_eos);
+    StatusOr<std::string> body =
+        BuildRequestBody(o.target, o.model, prompts[static_cast<size_t>(i) % prompts.size()],
+                         o.ignore_eos, o.sampling);
     if (!body.ok()) return body.status();
     const RequestRecord r = client.Send(*body);
     if (!r.success) return Unavailable("the warm-up request failed: " + r.error);
@@ -60,7 +61,7 @@ StatusOr<RunResult> RunBenchmark(const RunOptions& o, const std::vector<BenchPro
   std::vector<std::string> bodies;
   bodies.reserve(prompts.size());
   for (const BenchPrompt& p : prompts) {
-    StatusOr<std::string> body = BuildRequestBody(o.target, o.model, p, o.ignore_eos);
+    StatusOr<std::string> body = BuildRequestBody(o.target, o.model, p, o.ignore_eos, o.sampling);
     if (!body.ok()) return body.status();
     bodies.push_back(std::move(*body));
   }

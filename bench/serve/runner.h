@@ -28,7 +28,8 @@ struct RunOptions {
   Target target;
   std::string model;
   bool ignore_eos = false;
-  double request_rate = 0;  // requests/s; +inf sends all at once
+  SamplingOverrides sampling;  // sent only where given
+  double request_rate = 0;     // requests/s; +inf sends all at once
   double burstiness = 1.0;
   uint64_t seed = 0;
   int max_concurrency = 0;  // 0: unlimited

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 namespace tinyserve::bench {
@@ -53,12 +54,64 @@ RequestMetrics ComputeRequestMetrics(const RequestRecord& r) {
   return m;
 }
 
+StatusOr<GoodputSlos> ParseGoodput(const std::vector<std::string>& pairs) {
+  GoodputSlos slos;
+  for (const std::string& pair : pairs) {
+    const size_t colon = pair.find(':');
+    char* end = nullptr;
+    const std::string value = colon == std::string::npos ? "" : pair.substr(colon + 1);
+    const double ms = std::strtod(value.c_str(), &end);
+    if (colon == std::string::npos || pair.find(':', colon + 1) != std::string::npos ||
+        value.empty() || *end != '\0' || !std::isfinite(ms)) {
+      return InvalidArgument("--goodput: invalid format '" + pair +
+                             "': give service level objectives as KEY:VALUE pairs, the key a "
+                             "metric name (ttft, tpot, e2el) and the value in milliseconds");
+    }
+    const std::string key = pair.substr(0, colon);
+    if (ms < 0) {
+      return InvalidArgument("--goodput: invalid value in '" + pair +
+                             "': the service level objective must be non-negative");
+    }
+    if (key == "ttft") {
+      slos.ttft_s = ms / 1e3;
+    } else if (key == "tpot") {
+      slos.tpot_s = ms / 1e3;
+    } else if (key == "e2el") {
+      slos.e2el_s = ms / 1e3;
+    } else {
+      return InvalidArgument("--goodput: invalid metric name in '" + pair +
+                             "': the service level objective name must be one of ttft, tpot, "
+                             "e2el");
+    }
+  }
+  return slos;
+}
+
+StatusOr<std::vector<std::string>> ParsePercentileMetrics(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, comma - start);
+    bool known = false;
+    for (const char* m : kPercentileMetrics) known = known || name == m;
+    if (!known) {
+      return InvalidArgument("--percentile-metrics: unknown or unsupported metric '" + name +
+                             "' (supported: ttft, tpot, itl, e2el)");
+    }
+    out.push_back(name);
+    start = comma + 1;
+  }
+  return out;
+}
+
 BenchSummary Summarize(const std::vector<RequestRecord>& records, double duration_s,
-                       const std::vector<double>& percentiles) {
+                       const std::vector<double>& percentiles, const GoodputSlos& goodput) {
   BenchSummary s;
   s.duration_s = duration_s;
   std::vector<double> ttfts, tpots, itls, e2els;
   std::vector<std::pair<double, int>> edges;  // (time, +1 start / -1 end), for peak concurrency
+  if (goodput.any()) s.request_goodput = 0.0;
   for (const RequestRecord& r : records) {
     edges.emplace_back(r.start_s, 1);
     edges.emplace_back(r.end_s, -1);
@@ -72,6 +125,11 @@ BenchSummary Summarize(const std::vector<RequestRecord>& records, double duratio
     const RequestMetrics m = ComputeRequestMetrics(r);
     ttfts.push_back(m.ttft_s);
     if (m.tpot_s >= 0) tpots.push_back(m.tpot_s);
+    if (goodput.any() && (!goodput.ttft_s || m.ttft_s <= *goodput.ttft_s) &&
+        (!goodput.tpot_s || std::max(m.tpot_s, 0.0) <= *goodput.tpot_s) &&
+        (!goodput.e2el_s || m.e2el_s <= *goodput.e2el_s)) {
+      ++s.good_completed;
+    }
     itls.insert(itls.end(), m.itl_s.begin(), m.itl_s.end());
     e2els.push_back(m.e2el_s);
   }
@@ -81,6 +139,7 @@ BenchSummary Summarize(const std::vector<RequestRecord>& records, double duratio
     s.peak_concurrent_requests = std::max(s.peak_concurrent_requests, in_flight += d);
   if (duration_s > 0) {
     s.request_throughput = s.completed / duration_s;
+    if (goodput.any()) s.request_goodput = s.good_completed / duration_s;
     s.output_throughput = static_cast<double>(s.total_output_tokens) / duration_s;
     s.total_token_throughput =
         static_cast<double>(s.total_input_tokens + s.total_output_tokens) / duration_s;

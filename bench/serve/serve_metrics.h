@@ -14,9 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "bench/serve/stream_record.h"
 
 namespace tinyserve::bench {
@@ -43,14 +46,35 @@ struct BenchSummary {
   double duration_s = 0;
   int64_t total_input_tokens = 0, total_output_tokens = 0;
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
+  std::optional<double> request_goodput;  // requests/s meeting every SLO; only with SLOs
+  int good_completed = 0;
   double peak_output_throughput = 0;  // the best 1-second bucket (from the first send) of tokens/s
   int peak_concurrent_requests = 0;   // most requests in flight at once
   LatencyStats ttft, tpot, itl, e2el;
 };
 
-// `percentiles`: which percentiles to report (vLLM's --metric-percentiles, default 99).
+// vLLM's --goodput service level objectives, in seconds (given in milliseconds as KEY:VALUE).
+struct GoodputSlos {
+  std::optional<double> ttft_s, tpot_s, e2el_s;
+  bool any() const { return ttft_s || tpot_s || e2el_s; }
+};
+
+// Parses --goodput's KEY:VALUE pairs (keys ttft, tpot, e2el; values non-negative milliseconds),
+// as vLLM's parse_goodput / check_goodput_args; InvalidArgument naming the bad pair.
+StatusOr<GoodputSlos> ParseGoodput(const std::vector<std::string>& pairs);
+
+// The metrics --percentile-metrics may name (vLLM's generation metrics; default "ttft,tpot,itl").
+inline constexpr const char* kPercentileMetrics[] = {"ttft", "tpot", "itl", "e2el"};
+// Parses --percentile-metrics (comma-separated names of kPercentileMetrics); InvalidArgument
+// naming an unknown or unsupported one.
+StatusOr<std::vector<std::string>> ParsePercentileMetrics(const std::string& list);
+
+// `percentiles`: which percentiles to report (vLLM's --metric-percentiles, default 99). `goodput`:
+// a successful request is good when it meets every SLO given (TTFT, TPOT (0 for a request with
+// fewer than two output tokens, as vLLM), E2EL), as vLLM's calculate_metrics; the summary's
+// request_goodput is then good requests / duration.
 BenchSummary Summarize(const std::vector<RequestRecord>& records, double duration_s,
-                       const std::vector<double>& percentiles);
+                       const std::vector<double>& percentiles, const GoodputSlos& goodput = {});
 
 // Output tokens per `bucket_s` seconds since `t0`, from each successful request's content chunks
 // (a request's output tokens spread evenly over its chunks). Returns tokens/s per bucket; the

@@ -41,11 +41,17 @@ StatusOr<Target> ParseTarget(const std::string& base_url, const std::string& end
 }
 
 StatusOr<std::string> BuildRequestBody(const Target& target, const std::string& model,
-                                       const BenchPrompt& prompt, bool ignore_eos) {
-  nlohmann::json body = {{"model", model},
-                         {"temperature", 0.0},
-                         {"stream", true},
-                         {"stream_options", {{"include_usage", true}}}};
+                                       const BenchPrompt& prompt, bool ignore_eos,
+                                       const SamplingOverrides& sampling) {
+  nlohmann::json body = {
+      {"model", model}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  if (sampling.temperature) body["temperature"] = *sampling.temperature;
+  if (sampling.top_p) body["top_p"] = *sampling.top_p;
+  if (sampling.top_k) body["top_k"] = *sampling.top_k;
+  if (sampling.min_p) body["min_p"] = *sampling.min_p;
+  if (sampling.frequency_penalty) body["frequency_penalty"] = *sampling.frequency_penalty;
+  if (sampling.presence_penalty) body["presence_penalty"] = *sampling.presence_penalty;
+  if (sampling.repetition_penalty) body["repetition_penalty"] = *sampling.repetition_penalty;
   if (target.is_chat) {
     if (!prompt.token_ids.empty()) {
       return InvalidArgument("the chat endpoint needs text prompts, not token ids");

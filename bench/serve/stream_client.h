@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/clock.h"
@@ -33,10 +34,19 @@ struct Target {
 // /v1/chat/completions). InvalidArgument for another scheme (https is not supported) or endpoint.
 StatusOr<Target> ParseTarget(const std::string& base_url, const std::string& endpoint);
 
-// The JSON body of one streaming request (vLLM bench's fields: temperature 0, stream, usage).
-// Chat endpoints need a text prompt (InvalidArgument for token ids).
+// vLLM bench's sampling flags (--temperature, --top-p, ...): each is sent only when given, so
+// without --temperature the server's default applies (vLLM no longer forces temperature 0).
+struct SamplingOverrides {
+  std::optional<double> temperature, top_p, min_p, frequency_penalty, presence_penalty,
+      repetition_penalty;
+  std::optional<int> top_k;
+};
+
+// The JSON body of one streaming request (vLLM bench's fields: stream, usage, and the sampling
+// overrides given). Chat endpoints need a text prompt (InvalidArgument for token ids).
 StatusOr<std::string> BuildRequestBody(const Target& target, const std::string& model,
-                                       const BenchPrompt& prompt, bool ignore_eos);
+                                       const BenchPrompt& prompt, bool ignore_eos,
+                                       const SamplingOverrides& sampling = {});
 
 class StreamClient {
  public:

@@ -154,6 +154,12 @@ TEST_F(BenchServeRealServerTest, FiftyRequestsAgreeWithServerMetricsAndRenderARe
                                   "--seed",
                                   "3",
                                   "--ignore-eos",
+                                  "--temperature",
+                                  "0",
+                                  "--percentile-metrics",
+                                  "ttft,tpot,itl,e2el",
+                                  "--goodput",
+                                  "e2el:60000",
                                   "--warmup",
                                   std::to_string(kNumWarmups),
                                   "--scrape-metrics",
@@ -183,6 +189,7 @@ TEST_F(BenchServeRealServerTest, FiftyRequestsAgreeWithServerMetricsAndRenderARe
                           "total_input_tokens",
                           "total_output_tokens",
                           "request_throughput",
+                          "request_goodput",
                           "output_throughput",
                           "total_token_throughput",
                           "max_output_tokens_per_s",
@@ -197,6 +204,8 @@ TEST_F(BenchServeRealServerTest, FiftyRequestsAgreeWithServerMetricsAndRenderARe
                           "server_metrics"}) {
     EXPECT_TRUE(r.contains(key)) << key;
   }
+  // --goodput e2el:60000: every request meets it.
+  EXPECT_EQ(r["request_goodput"], r["request_throughput"]);
   for (const char* m : {"ttft", "tpot", "itl", "e2el"}) {
     for (const char* stat : {"mean", "median", "std", "p99"}) {
       const std::string key = std::string(stat) + "_" + m + "_ms";

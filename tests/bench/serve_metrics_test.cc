@@ -14,6 +14,7 @@
 
 #include "bench/serve/arrivals.h"
 #include "bench/serve/dataset.h"
+#include "bench/serve/result_json.h"
 #include "bench/serve/server_metrics.h"
 #include "bench/serve/stream_client.h"
 #include "bench/serve/stream_record.h"
@@ -79,6 +80,98 @@ TEST(SummarizeTest, VllmDefinitionsOnHandBuiltRecords) {
   EXPECT_EQ(s.peak_output_throughput, 3.5);
   // A run of 1.5 s: the second bucket is half a second wide.
   EXPECT_EQ(OutputThroughputOverTime(records, 0.0, 1.5, 1.0)[1], 7.0);
+}
+
+TEST(SummarizeTest, GoodputCountsRequestsMeetingEverySlo) {
+  // A: TTFT 500 ms, TPOT 250 ms, E2EL 1625 ms. B: TTFT 250 ms, one token (TPOT 0 for goodput),
+  // E2EL 500 ms. C failed (never good).
+  std::vector<RequestRecord> records = {Record(0, {0.5, 0.75, 1.0, 1.5}, 1.625, 5),
+                                        Record(1, {1.25}, 1.5, 1), Record(1, {}, 1.25, 0, false)};
+  EXPECT_FALSE(Summarize(records, 2.0, {99}).request_goodput.has_value());  // no SLOs: null
+  struct Case {
+    std::vector<std::string> slos;
+    int good;
+  };
+  const Case cases[] = {
+      {{"ttft:500"}, 2},    // <= is good (vLLM: slo >= value)
+      {{"ttft:499.9"}, 1},  // only B
+      {{"tpot:0"}, 1},      // B's TPOT counts as 0
+      {{"tpot:250", "e2el:1625"}, 2},
+      {{"ttft:1000", "e2el:1000"}, 1},
+      {{"e2el:100"}, 0},
+  };
+  for (const Case& c : cases) {
+    const auto slos = ParseGoodput(c.slos);
+    ASSERT_TRUE(slos.ok()) << slos.status().message();
+    const BenchSummary s = Summarize(records, 2.0, {99}, *slos);
+    EXPECT_EQ(s.good_completed, c.good) << c.slos[0];
+    ASSERT_TRUE(s.request_goodput.has_value());
+    EXPECT_EQ(*s.request_goodput, c.good / 2.0) << c.slos[0];
+  }
+}
+
+TEST(GoodputTest, ParsesVllmPairsAndRejectsBadOnes) {
+  const auto slos = ParseGoodput({"ttft:200", "tpot:12.5", "e2el:3000"});
+  ASSERT_TRUE(slos.ok());
+  EXPECT_EQ(*slos->ttft_s, 0.2);
+  EXPECT_EQ(*slos->tpot_s, 0.0125);
+  EXPECT_EQ(*slos->e2el_s, 3.0);
+  EXPECT_FALSE(ParseGoodput({}).value().any());
+  for (const auto& [pair, message] : std::vector<std::pair<std::string, std::string>>{
+           {"ttft", "invalid format 'ttft'"},
+           {"ttft:abc", "invalid format"},
+           {"ttft:1:2", "invalid format"},
+           {"itl:10", "invalid metric name in 'itl:10'"},
+           {"ttft:-1",
+            "invalid value in 'ttft:-1': the service level objective must be non-negative"}}) {
+    const auto bad = ParseGoodput({pair});
+    ASSERT_FALSE(bad.ok()) << pair;
+    EXPECT_NE(bad.status().message().find("--goodput: " + message), std::string::npos)
+        << bad.status().message();
+  }
+}
+
+TEST(PercentileMetricsTest, ParsesTheKnownNames) {
+  EXPECT_EQ(ParsePercentileMetrics("ttft,tpot,itl").value(),
+            (std::vector<std::string>{"ttft", "tpot", "itl"}));
+  EXPECT_EQ(ParsePercentileMetrics("e2el").value(), std::vector<std::string>{"e2el"});
+  for (const char* bad : {"", "ttft,", "ttft,latency", "client_queue_time"}) {
+    const auto r = ParsePercentileMetrics(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--percentile-metrics: unknown or unsupported metric"),
+              std::string::npos);
+  }
+}
+
+TEST(ResultJsonTest, VllmKeysAndOnlyTheSelectedPercentileMetrics) {
+  RunResult result;
+  result.records = {Record(0, {0.5, 0.75, 1.0, 1.5}, 1.625, 5), Record(1, {1.25}, 1.5, 1)};
+  result.start_s = 0;
+  result.end_s = 2;
+  RunDescription run;
+  run.backend = "openai";
+  run.percentiles = {50, 99.9};
+  run.percentile_metrics = {"ttft", "e2el"};
+  const BenchSummary s =
+      Summarize(result.records, 2.0, run.percentiles, ParseGoodput({"ttft:400"}).value());
+  const nlohmann::ordered_json j = ResultJson(run, result, s, std::nullopt);
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  const std::vector<std::string> head(keys.begin(), keys.begin() + 4);
+  EXPECT_EQ(head, (std::vector<std::string>{"date", "endpoint_type", "backend", "label"}));
+  EXPECT_EQ(j["label"], nullptr);
+  EXPECT_EQ(j["request_goodput"], 0.5);  // B alone meets TTFT <= 400 ms
+  EXPECT_EQ(j["latencies"], nlohmann::ordered_json({1.625, 0.5}));
+  EXPECT_EQ(j["start_times"], nlohmann::ordered_json({0.0, 1.0}));
+  EXPECT_EQ(j["rtfx"], 0.0);
+  for (const char* key : {"mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms",
+                          "p99.9_ttft_ms", "mean_e2el_ms", "p99.9_e2el_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"mean_tpot_ms", "p99.9_itl_ms", "median_itl_ms"}) {
+    EXPECT_FALSE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["p50_e2el_ms"], (1625.0 + 500.0) / 2);
 }
 
 TEST(SummarizeTest, EmptyRunGivesZeros) {
@@ -186,8 +279,18 @@ TEST(TargetTest, ParsesBaseUrlsAndRejectsOthers) {
   EXPECT_FALSE(BuildRequestBody(*t, "m", ids, false).ok());  // chat needs text
   auto body = BuildRequestBody(*d, "m", ids, true);
   ASSERT_TRUE(body.ok());
+  // No temperature unless asked (vLLM bench no longer forces greedy decoding).
   EXPECT_EQ(*body, R"({"ignore_eos":true,"max_tokens":3,"model":"m","prompt":[5,6],"stream":true,)"
-                   R"("stream_options":{"include_usage":true},"temperature":0.0})");
+                   R"("stream_options":{"include_usage":true}})");
+  SamplingOverrides sampling;
+  sampling.temperature = 0.0;
+  sampling.top_k = 5;
+  sampling.repetition_penalty = 1.1;
+  body = BuildRequestBody(*d, "m", ids, false, sampling);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(*body, R"({"max_tokens":3,"model":"m","prompt":[5,6],"repetition_penalty":1.1,)"
+                   R"("stream":true,"stream_options":{"include_usage":true},"temperature":0.0,)"
+                   R"("top_k":5})");
 }
 
 TEST(DatasetTest, RandomPromptsHaveSeededLengthsInRangeAndASharedPrefix) {

@@ -4,7 +4,9 @@
 // through the OpenAI API so that requests are preempted again and again, and pins that Prometheus'
 // query API then reports the target `up` == 1 and `vllm:num_preemptions_total{model_name,engine}` >
 // 0, equal to what tinyserve's own /metrics says once it is idle (the counter Prometheus stores is
-// the one tinyserve serves, with its labels). Skipped when no `prometheus` is on $PATH (Debian
+// the one tinyserve serves, with its labels). ScrapesBothOpenMetricsAndPrometheusText scrapes
+// both exposition formats (issue 23), HistogramBucketFlags checks --histogram-buckets and
+// --custom-histogram-buckets end to end. Skipped when no `prometheus` is on $PATH (Debian
 // package `prometheus`).
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -16,10 +18,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -76,7 +80,8 @@ class PrometheusScrapeTest : public ::testing::Test {
 #endif
   }
   void TearDown() override {
-    prometheus_process_.reset();  // stop both before removing their files
+    prometheus_process_.reset();  // stop them before removing their files
+    haproxy_process_.reset();
     tinyserve_process_.reset();
     if (!dir_.empty()) {
       std::error_code ignored;
@@ -85,30 +90,30 @@ class PrometheusScrapeTest : public ::testing::Test {
   }
 
   // Starts tinyserve on a free loopback port with a KV cache that forces preemptions.
-  void StartTinyserve() {
+  void StartTinyserve(const std::vector<std::string>& extra_args = {}) {
     tinyserve_log_ = dir_ + "/tinyserve.log";
-    tinyserve_process_ =
-        std::make_unique<ChildProcess>(std::vector<std::string>{binary_,
-                                                                "serve",
-                                                                "--model",
-                                                                model_,
-                                                                "--host",
-                                                                "127.0.0.1",
-                                                                "--port",
-                                                                "0",
-                                                                "--served-model-name",
-                                                                "tiny",
-                                                                "--threads",
-                                                                "1",
-                                                                "--block-size",
-                                                                "16",
-                                                                "--num-kv-blocks",
-                                                                "40",
-                                                                "--max-model-len",
-                                                                "512",
-                                                                "--max-num-seqs",
-                                                                "64"},
-                                       tinyserve_log_);
+    std::vector<std::string> args = {binary_,
+                                     "serve",
+                                     "--model",
+                                     model_,
+                                     "--host",
+                                     "127.0.0.1",
+                                     "--port",
+                                     "0",
+                                     "--served-model-name",
+                                     "tiny",
+                                     "--threads",
+                                     "1",
+                                     "--block-size",
+                                     "16",
+                                     "--num-kv-blocks",
+                                     "40",
+                                     "--max-model-len",
+                                     "512",
+                                     "--max-num-seqs",
+                                     "64"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    tinyserve_process_ = std::make_unique<ChildProcess>(args, tinyserve_log_);
     ASSERT_TRUE(tinyserve_process_->started());
     // The server logs "on http://127.0.0.1:PORT" once it listens.
     const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)");
@@ -125,10 +130,21 @@ class PrometheusScrapeTest : public ::testing::Test {
     ASSERT_NE(tinyserve_port_, 0) << "tinyserve did not start:\n" << ReadFile(tinyserve_log_);
   }
 
-  // Starts Prometheus scraping tinyserve every second; returns once it answers /-/ready. A port
-  // taken between FreeLoopbackPort() and Prometheus' bind makes it exit: then another port is
-  // tried.
-  void StartPrometheus() {
+  // A scrape job of the Prometheus config: `job` scraping 127.0.0.1:port/metrics.
+  static std::string ScrapeJob(const std::string& job, int port) {
+    return "  - job_name: " + job +
+           "\n"
+           "    metrics_path: /metrics\n"
+           "    static_configs:\n"
+           "      - targets: ['127.0.0.1:" +
+           std::to_string(port) + "']\n";
+  }
+
+  // Starts Prometheus scraping every second (by default, job "tinyserve": tinyserve itself);
+  // returns once it answers /-/ready. A port taken between FreeLoopbackPort() and Prometheus'
+  // bind makes it exit: then another port is tried.
+  void StartPrometheus(std::string jobs = "") {
+    if (jobs.empty()) jobs = ScrapeJob("tinyserve", tinyserve_port_);
     const std::string config = dir_ + "/prometheus.yml";
     {
       std::ofstream out(config);
@@ -137,11 +153,7 @@ class PrometheusScrapeTest : public ::testing::Test {
              "  scrape_timeout: 1s\n"
              "  evaluation_interval: 1s\n"
              "scrape_configs:\n"
-             "  - job_name: tinyserve\n"
-             "    metrics_path: /metrics\n"
-             "    static_configs:\n"
-             "      - targets: ['127.0.0.1:"
-          << tinyserve_port_ << "']\n";
+          << jobs;
     }
     prometheus_log_ = dir_ + "/prometheus.log";
     for (int attempt = 0; attempt < 3 && prometheus_port_ == 0; ++attempt) {
@@ -200,6 +212,53 @@ class PrometheusScrapeTest : public ::testing::Test {
     return got;
   }
 
+  // The metadata Prometheus keeps for `metric` ({"target": {...}, "type", "help", "unit"} per
+  // target), or an empty array.
+  nlohmann::json TargetMetadata(const std::string& metric) {
+    httplib::Client client("127.0.0.1", prometheus_port_);
+    client.set_read_timeout(5, 0);
+    auto res = client.Get("/api/v1/targets/metadata", httplib::Params{{"metric", metric}},
+                          httplib::Headers{});
+    if (!res || res->status != 200) return nlohmann::json::array();
+    const nlohmann::json body = nlohmann::json::parse(res->body, nullptr, false);
+    if (body.is_discarded() || !body.contains("data")) return nlohmann::json::array();
+    return body["data"];
+  }
+
+  // Starts HAProxy in front of tinyserve, replacing every request's Accept header with
+  // `accept`; returns its port.
+  int StartAcceptRewritingProxy(const std::string& accept) {
+    const std::string haproxy = FindBinary("haproxy");
+    if (haproxy.empty()) return 0;
+    const std::string config = dir_ + "/haproxy.cfg", log = dir_ + "/haproxy.log";
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int port = FreeLoopbackPort();
+      {
+        std::ofstream out(config);
+        out << "global\n  maxconn 64\n"
+               "defaults\n  mode http\n  timeout connect 2s\n  timeout client 30s\n"
+               "  timeout server 30s\n"
+               "frontend scrape\n  bind 127.0.0.1:"
+            << port << "\n  http-request set-header Accept \"" << accept
+            << "\"\n  default_backend tinyserve\n"
+               "backend tinyserve\n  server t 127.0.0.1:"
+            << tinyserve_port_ << "\n";
+      }
+      haproxy_process_ = std::make_unique<ChildProcess>(
+          std::vector<std::string>{haproxy, "-db", "-f", config}, log);
+      httplib::Client client("127.0.0.1", port);
+      client.set_connection_timeout(1, 0);
+      for (const auto deadline = Clock::now() + seconds(10);
+           Clock::now() < deadline && haproxy_process_->Running();) {
+        auto res = client.Get("/health");
+        if (res && res->status == 200) return port;
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    }
+    ADD_FAILURE() << "HAProxy did not start:\n" << ReadFile(log);
+    return 0;
+  }
+
   std::string TinyserveMetrics() {
     httplib::Client client("127.0.0.1", tinyserve_port_);
     client.set_read_timeout(5, 0);
@@ -208,7 +267,7 @@ class PrometheusScrapeTest : public ::testing::Test {
   }
 
   std::string binary_, model_, prometheus_, dir_, tinyserve_log_, prometheus_log_;
-  std::unique_ptr<ChildProcess> tinyserve_process_, prometheus_process_;
+  std::unique_ptr<ChildProcess> tinyserve_process_, prometheus_process_, haproxy_process_;
   int tinyserve_port_ = 0, prometheus_port_ = 0;
 };
 
@@ -288,6 +347,127 @@ TEST_F(PrometheusScrapeTest, QueryApiReportsPreemptionsAfterPreemptionHeavyLoad)
   const auto still_up = Query(up);
   ASSERT_TRUE(still_up && still_up->size() == 1);
   EXPECT_EQ((*still_up)[0], 1);
+}
+
+// Content negotiation (issue 23): the same tinyserve scraped by one real Prometheus twice, job
+// "openmetrics" directly (Prometheus 2.42 asks for OpenMetrics 1.0.0 first; it has no
+// scrape_protocols setting, which came in 2.49) and job "text" through HAProxy rewriting the
+// Accept header to Prometheus text 0.0.4 only. Both jobs are up and store the same counts, and the
+// metadata Prometheus keeps proves which parser read each: only the OpenMetrics target carries
+// `# UNIT` (unit "seconds") and the counter family named without `_total`.
+TEST_F(PrometheusScrapeTest, ScrapesBothOpenMetricsAndPrometheusText) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyserve());
+  {
+    httplib::Client client("127.0.0.1", tinyserve_port_);
+    auto om = client.Get("/metrics", httplib::Headers{{"Accept",
+                                                       "application/openmetrics-text;version=1.0.0,"
+                                                       "text/plain;version=0.0.4;q=0.5"}});
+    ASSERT_TRUE(om && om->status == 200);
+    EXPECT_EQ(om->get_header_value("Content-Type"),
+              "application/openmetrics-text; version=1.0.0; charset=utf-8");
+    ASSERT_GE(om->body.size(), 6u);
+    EXPECT_EQ(om->body.substr(om->body.size() - 6), "# EOF\n");
+    auto text = client.Get("/metrics");
+    ASSERT_TRUE(text && text->status == 200);
+    EXPECT_EQ(text->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    EXPECT_EQ(text->body.find("# EOF"), std::string::npos);
+  }
+  const int proxy_port = StartAcceptRewritingProxy("text/plain;version=0.0.4");
+  if (proxy_port == 0 && FindBinary("haproxy").empty()) {
+    GTEST_SKIP() << "needs `haproxy` (Debian package haproxy, scripts/setup.sh)";
+  }
+  ASSERT_NE(proxy_port, 0);
+  ASSERT_NO_FATAL_FAILURE(
+      StartPrometheus(ScrapeJob("openmetrics", tinyserve_port_) + ScrapeJob("text", proxy_port)));
+
+  constexpr int kRequests = 6;
+  const std::string body = nlohmann::json{
+      {"model", "tiny"},
+      {"prompt", "Once upon a time"},
+      {"max_tokens", 20},
+      {"ignore_eos", true}}.dump();
+  httplib::Client client("127.0.0.1", tinyserve_port_);
+  client.set_read_timeout(30, 0);
+  for (int i = 0; i < kRequests; ++i) {
+    auto res = client.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(res && res->status == 200) << (res ? res->body : httplib::to_string(res.error()));
+  }
+  for (const char* job : {"openmetrics", "text"}) {
+    const std::string up = std::string("up{job=\"") + job + "\"}";
+    auto got = QueryUntil(up, 1, seconds(15));
+    ASSERT_TRUE(got && got->size() == 1 && (*got)[0] == 1) << job << " is not up\n"
+                                                           << ReadFile(prometheus_log_);
+    const std::string done =
+        std::string("vllm:request_success_total{job=\"") + job + "\",finished_reason=\"length\"}";
+    got = QueryUntil(done, kRequests, seconds(15));
+    ASSERT_TRUE(got && got->size() == 1) << job << "\n" << ReadFile(prometheus_log_);
+    EXPECT_EQ((*got)[0], kRequests) << job;
+    const std::string tokens = std::string("vllm:generation_tokens_total{job=\"") + job + "\"}";
+    got = QueryUntil(tokens, kRequests * 20, seconds(15));
+    ASSERT_TRUE(got && got->size() == 1) << job;
+    EXPECT_EQ((*got)[0], kRequests * 20) << job;
+  }
+  // Which parser read which target.
+  std::map<std::string, nlohmann::json> ttft_by_job;
+  for (const nlohmann::json& m : TargetMetadata("vllm:time_to_first_token_seconds")) {
+    ttft_by_job[m["target"]["job"].get<std::string>()] = m;
+  }
+  ASSERT_EQ(ttft_by_job.size(), 2u) << ReadFile(prometheus_log_);
+  EXPECT_EQ(ttft_by_job["openmetrics"]["type"], "histogram");
+  EXPECT_EQ(ttft_by_job["openmetrics"]["unit"], "seconds");
+  EXPECT_EQ(ttft_by_job["text"]["type"], "histogram");
+  EXPECT_EQ(ttft_by_job["text"]["unit"], "");
+  std::set<std::string> counter_family_jobs;
+  for (const nlohmann::json& m : TargetMetadata("vllm:num_preemptions")) {
+    EXPECT_EQ(m["type"], "counter");
+    counter_family_jobs.insert(m["target"]["job"].get<std::string>());
+  }
+  EXPECT_EQ(counter_family_jobs, std::set<std::string>{"openmetrics"});
+  std::set<std::string> total_family_jobs;
+  for (const nlohmann::json& m : TargetMetadata("vllm:num_preemptions_total")) {
+    EXPECT_EQ(m["type"], "counter");
+    total_family_jobs.insert(m["target"]["job"].get<std::string>());
+  }
+  EXPECT_EQ(total_family_jobs, std::set<std::string>{"text"});
+}
+
+// --histogram-buckets vllm serves vLLM's exact boundaries; bad bucket flags stop `serve` before
+// the model loads, with a message naming the flag and the problem.
+TEST_F(PrometheusScrapeTest, HistogramBucketFlags) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartTinyserve({"--histogram-buckets", "vllm", "--custom-histogram-buckets",
+                      R"({"request_tokens": [4, 64]})"}));
+  const std::string text = TinyserveMetrics();
+  const std::string labels = "engine=\"0\",model_name=\"tiny\"";
+  EXPECT_NE(text.find("vllm:e2e_request_latency_seconds_bucket{" + labels + ",le=\"0.3\"} 0"),
+            std::string::npos);
+  EXPECT_EQ(text.find("vllm:e2e_request_latency_seconds_bucket{" + labels + ",le=\"0.2\"}"),
+            std::string::npos);
+  EXPECT_NE(text.find("vllm:time_to_first_token_seconds_bucket{" + labels + ",le=\"0.001\"} 0"),
+            std::string::npos);
+  EXPECT_NE(text.find("vllm:request_prompt_tokens_bucket{" + labels + ",le=\"64\"} 0"),
+            std::string::npos);
+  tinyserve_process_.reset();
+
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--histogram-buckets", "fine"}, "--histogram-buckets: unknown preset \"fine\""},
+           {{"--custom-histogram-buckets", R"({"ttft": [1]})"},
+            "--custom-histogram-buckets: unknown bucket family \"ttft\""},
+           {{"--custom-histogram-buckets", R"({"request_latency": [2, 1]})"},
+            "boundaries must increase strictly"}}) {
+    std::vector<std::string> argv = {binary_, "serve", "--model", model_, "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string log = dir_ + "/bad.log";
+    ChildProcess child(argv, log);
+    for (const auto deadline = Clock::now() + seconds(20);
+         child.Running() && Clock::now() < deadline;) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    EXPECT_FALSE(child.Running()) << "serve did not stop on " << args[1];
+    const std::string out = ReadFile(log);
+    EXPECT_NE(out.find(message), std::string::npos) << out;
+    EXPECT_EQ(out.find("on http://"), std::string::npos) << out;
+  }
 }
 
 }  // namespace
