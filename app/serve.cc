@@ -101,10 +101,17 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
   cmd->add_option("--api-key", f.api_key,
                   "require `Authorization: Bearer KEY` on /v1/* (also $TINYSERVE_API_KEY)")
       ->envname("TINYSERVE_API_KEY");
-  cmd->add_option("--max-queue-len", f.max_queue_len,
-                  "answer 503 when this many requests wait to be scheduled (default 4096; 0 = "
-                  "unlimited); a request with a larger n gets 400")
+  cmd->add_option("--max-num-queued-reqs,--max-queue-len", f.max_queue_len,
+                  "answer 503 when this many requests are in flight, waiting or running (vLLM's "
+                  "flag; default 4096; 0 = unlimited); a request with a larger n gets 400")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-queued-tokens", f.max_num_queued_tokens,
+                  "answer 503 when the prompt tokens of the requests still waiting for their first "
+                  "token would exceed this (vLLM's flag; 0 = unlimited)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-per-request-metrics", f.enable_per_request_metrics,
+                "add the request's timing `metrics` object to each response with one prompt and "
+                "n = 1 (a stream: to its usage chunk)");
   cmd->add_option("--max-choices-per-request", f.max_choices_per_request,
                   "answer 400 to a request for more choices (prompts x n) than this (default 128; "
                   "0 = unlimited)")
@@ -293,6 +300,8 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.chat_template = chat_template;
   context.api_key = f.api_key;
   context.max_queue_len = f.max_queue_len;
+  context.max_num_queued_tokens = f.max_num_queued_tokens;
+  context.enable_per_request_metrics = f.enable_per_request_metrics;
   context.max_choices_per_request = f.max_choices_per_request;
   context.max_logprobs_per_request = f.max_logprobs_per_request;
   HttpServer server(server_options, context);

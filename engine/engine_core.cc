@@ -155,7 +155,8 @@ void EngineCore::DispatchEvents(bool notify) {
                            /*notify=*/false);
           break;
         case EventType::kFinished:
-          stream.Finish(rec.event, req.stop_token_id, req.error_message, /*notify=*/false);
+          stream.Finish(rec.event, req.stop_token_id, req.error_message, /*notify=*/false,
+                        req.counts);
           break;
         default:
           stream.PushEvent(rec.event, /*notify=*/false);
@@ -188,6 +189,7 @@ RequestRecord EngineCore::MakeRecord(const Request& req) {
   r.max_tokens = req.sampling.max_tokens;
   r.params_n = req.params_n;
   r.reports_params_n = req.reports_params_n;
+  r.counts = req.counts;
   return r;
 }
 

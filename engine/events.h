@@ -54,6 +54,18 @@ struct RequestEvent {
   friend bool operator==(const RequestEvent&, const RequestEvent&) = default;
 };
 
+// A request's token accounting beyond its token counts, kept by the engine (engine thread).
+struct RequestCounts {
+  // Prompt tokens found in the prefix cache when the request was first admitted (a resumed
+  // request's hits on its own freed blocks are not counted).
+  int32_t num_cached_prompt_tokens = 0;
+  // Tokens computed again because the request was preempted: prompt and output positions.
+  int32_t num_recomputed_prompt_tokens = 0;
+  int32_t num_recomputed_output_tokens = 0;
+
+  friend bool operator==(const RequestCounts&, const RequestCounts&) = default;
+};
+
 // What an observer is told about the request of an event: the request as submitted and its token
 // count; nothing of the engine's state. The views are valid only during the observer call.
 struct RequestRecord {
@@ -69,6 +81,7 @@ struct RequestRecord {
   // vllm:request_params_n.
   int32_t params_n = 1;
   bool reports_params_n = true;
+  RequestCounts counts;  // so far
 
   int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt_token_ids.size()); }
 };

@@ -61,6 +61,7 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   int32_t num_computed_tokens = 0;     // tokens whose K/V is in `block_ids`
   int32_t max_computed_tokens = 0;     // high-water mark of num_computed_tokens (recompute stats)
+  RequestCounts counts;                // cached prompt tokens, recomputed tokens (events.h)
   std::vector<int32_t> block_ids;      // KV blocks, in position order
   std::vector<uint64_t> block_hashes;  // chained hashes of the first full blocks (lazily extended)
   int32_t num_cached_blocks = 0;       // leading blocks known to the prefix cache

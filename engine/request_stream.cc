@@ -16,6 +16,7 @@ void RequestOutput::Clear() {
   finish_reason = FinishReason::kNone;
   stop_token_id.reset();
   error_message.clear();
+  counts = RequestCounts{};
 }
 
 void RequestOutput::Append(const RequestOutput& d) {
@@ -29,6 +30,7 @@ void RequestOutput::Append(const RequestOutput& d) {
     finish_reason = d.finish_reason;
     stop_token_id = d.stop_token_id;
     error_message = d.error_message;
+    counts = d.counts;
   }
 }
 
@@ -108,7 +110,8 @@ void RequestStream::PushEvent(const RequestEvent& event, bool notify) {
 }
 
 void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
-                           const std::string& error_message, bool notify) {
+                           const std::string& error_message, bool notify,
+                           const RequestCounts& counts) {
   {
     MutexLock lock(mu_);
     pending_.events.push_back(finished);
@@ -116,6 +119,7 @@ void RequestStream::Finish(const RequestEvent& finished, std::optional<int32_t> 
     pending_.finish_reason = finished.finish_reason;
     pending_.stop_token_id = stop_token_id;
     pending_.error_message = error_message;
+    pending_.counts = counts;
   }
   if (notify) Notify();
 }

@@ -41,6 +41,7 @@ struct RequestOutput {
   FinishReason finish_reason = FinishReason::kNone;
   std::optional<int32_t> stop_token_id;  // the stop_token_ids entry that finished it
   std::string error_message;             // finish_reason == kError
+  RequestCounts counts;                  // with `finished`: the request's final counts
 
   bool empty() const {
     return token_ids.empty() && prompt_logprobs.empty() && events.empty() && !finished;
@@ -91,7 +92,8 @@ class RequestStream {
   // REQUIRES: event.type != kFinished, kNewTokens
   void PushEvent(const RequestEvent& event, bool notify = true);
   void Finish(const RequestEvent& finished, std::optional<int32_t> stop_token_id,
-              const std::string& error_message, bool notify = true);
+              const std::string& error_message, bool notify = true,
+              const RequestCounts& counts = {});
   // Wakes the consumer if it waits in Next() (cheap when nobody waits: no system call), and the
   // waker if one is set (Wake() then Flush()).
   void Notify();

@@ -17,8 +17,10 @@ bool PriorityLess(const Request* a, const Request* b) {
 
 const char* PreemptionReasonName(PreemptionReason reason) {
   switch (reason) {
-    case PreemptionReason::kKvCache:
-      return "kv_cache";
+    case PreemptionReason::kKvFull:
+      return "kv_full";
+    case PreemptionReason::kPriority:
+      return "priority";
   }
   return "unknown";
 }
@@ -118,7 +120,7 @@ int32_t Scheduler::NumNewTokens(const Request& req, int32_t budget) const {
   return std::min(n, budget);
 }
 
-void Scheduler::Preempt(Request* req, double now) {
+void Scheduler::Preempt(Request* req, PreemptionReason reason, double now) {
   kv_.Free(*req);
   req->num_computed_tokens = 0;
   req->status = RequestStatus::kPreempted;
@@ -126,11 +128,12 @@ void Scheduler::Preempt(Request* req, double now) {
   InsertWaiting(req, /*at_head=*/true);
   out_.preempted.push_back(req);
   ++stats_.num_preemptions;
-  ++stats_.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kKvCache)];
+  ++stats_.num_preemptions_by_reason[static_cast<int>(reason)];
   Record(req, EventType::kPreempted, now);
 }
 
-Request* Scheduler::PreemptVictim(double now, size_t* next_index, int32_t* budget) {
+Request* Scheduler::PreemptVictim(const Request& needy, double now, size_t* next_index,
+                                  int32_t* budget) {
   size_t victim_index = running_.size() - 1;  // FCFS: the most recently admitted
   if (config_.policy == SchedulingPolicy::kPriority) {
     for (size_t i = 0; i < running_.size(); ++i) {
@@ -148,7 +151,9 @@ Request* Scheduler::PreemptVictim(double now, size_t* next_index, int32_t* budge
     out_.requests.erase(it);
     out_.num_new_tokens.erase(out_.num_new_tokens.begin() + static_cast<ptrdiff_t>(k));
   }
-  Preempt(victim, now);
+  const bool for_priority =
+      config_.policy == SchedulingPolicy::kPriority && victim->priority > needy.priority;
+  Preempt(victim, for_priority ? PreemptionReason::kPriority : PreemptionReason::kKvFull, now);
   return victim;
 }
 
@@ -168,7 +173,7 @@ const SchedulerOutput& Scheduler::Schedule(double now) {
     const int32_t n = NumNewTokens(*req, budget);
     bool can_schedule = true;
     while (!kv_.CanAllocate(*req, kNoHits, n)) {
-      if (PreemptVictim(now, &i, &budget) == req) {
+      if (PreemptVictim(*req, now, &i, &budget) == req) {
         can_schedule = false;
         break;
       }
@@ -206,6 +211,7 @@ const SchedulerOutput& Scheduler::Schedule(double now) {
     } else {
       stats_.prefix_cache_queries += req->num_tokens();
       stats_.prefix_cache_hits += num_hit_tokens;
+      req->counts.num_cached_prompt_tokens = std::min(num_hit_tokens, req->num_prompt_tokens);
     }
     kv_.Allocate(*req, hits_, n);
     req->status = RequestStatus::kRunning;
@@ -271,8 +277,19 @@ void Scheduler::BuildBatch() {
     }
     b.block_tables.insert(b.block_tables.end(), req.block_ids.begin(), req.block_ids.end());
     b.block_tables.resize(b.block_tables.size() + (max_blocks - req.block_ids.size()), -1);
+    // By kind: [start, recomputed_end) was computed before (recompute), the rest is new; each
+    // part splits at the prompt's end.
+    const int32_t recomputed_end = std::max(start, std::min(end, req.max_computed_tokens));
+    const int32_t prompt_end = req.num_prompt_tokens;
+    const int32_t recomputed_prompt = std::max(0, std::min(recomputed_end, prompt_end) - start);
+    const int32_t new_prompt = std::max(0, std::min(end, prompt_end) - recomputed_end);
     stats_.num_computed_tokens += end - start;
-    stats_.num_recomputed_tokens += std::max(0, std::min(end, req.max_computed_tokens) - start);
+    stats_.num_recomputed_tokens += recomputed_end - start;
+    stats_.num_recomputed_prompt_tokens += recomputed_prompt;
+    stats_.num_prefill_computed_tokens += new_prompt;
+    stats_.num_decode_tokens += (end - recomputed_end) - new_prompt;
+    req.counts.num_recomputed_prompt_tokens += recomputed_prompt;
+    req.counts.num_recomputed_output_tokens += (recomputed_end - start) - recomputed_prompt;
   }
   stats_.num_scheduled_seqs = static_cast<int32_t>(out_.requests.size());
 }
@@ -315,7 +332,10 @@ void Scheduler::Update(const std::vector<int32_t>& sampled, double now) {
     if (!out_.batch.sample[s]) continue;
     assert(row < static_cast<int32_t>(sampled.size()));
     req->token_ids.push_back(sampled[row]);
-    if (req->num_output_tokens() == 1) stats_.num_prompt_tokens += req->num_prompt_tokens;
+    if (req->num_output_tokens() == 1) {
+      stats_.num_prompt_tokens += req->num_prompt_tokens;
+      stats_.num_prompt_tokens_cached += req->counts.num_cached_prompt_tokens;
+    }
     ++stats_.num_generation_tokens;
     output_keys_[row] = static_cast<uint64_t>(req->arrival_seq);
     Record(req, EventType::kNewTokens, now);

@@ -131,9 +131,9 @@ class Scheduler {
  private:
   int32_t NumNewTokens(const Request& req, int32_t budget) const;
   // Picks the victim by policy, removes it from running_ (and from this step's plan if it was
-  // planned earlier), and preempts it.
-  Request* PreemptVictim(double now, size_t* next_index, int32_t* budget);
-  void Preempt(Request* req, double now);
+  // planned earlier), and preempts it; `needy` is the running request that needs the blocks.
+  Request* PreemptVictim(const Request& needy, double now, size_t* next_index, int32_t* budget);
+  void Preempt(Request* req, PreemptionReason reason, double now);
   void InsertWaiting(Request* req, bool at_head);
   void RemoveWaiting(Request* req);
   void BuildBatch();

@@ -10,11 +10,17 @@
 
 namespace tinyserve {
 
+// Why a request was preempted; the values of vLLM's open proposal (vllm-project/vllm#58037).
 enum class PreemptionReason : uint8_t {
-  kKvCache,  // a running request needed KV blocks and none were free
+  // A running request needed KV blocks and none were free; the victim was the most recently
+  // admitted request (FCFS), or, under the priority policy, one no less important than it.
+  kKvFull,
+  // Priority policy: the victim was less important (a larger priority value) than the running
+  // request that needed the blocks.
+  kPriority,
 };
-inline constexpr int kNumPreemptionReasons = 1;
-// "kv_cache": the `reason` label of tinyserve_num_preemptions_by_reason_total.
+inline constexpr int kNumPreemptionReasons = 2;
+// "kv_full", "priority": the `reason` label of tinyserve_num_preemptions_by_reason_total.
 const char* PreemptionReasonName(PreemptionReason reason);
 
 struct SchedulerStats {
@@ -41,6 +47,14 @@ struct SchedulerStats {
   int64_t prefix_cache_queries = 0;   // tokens looked up on admission (resumed requests excluded)
   int64_t prefix_cache_hits = 0;      // of those, tokens found cached
   int32_t num_recomputed_tokens = 0;  // batch tokens re-prefilled because of a preemption
+  int32_t num_recomputed_prompt_tokens = 0;  // of those, prompt positions (the rest: outputs)
+  // The batch's tokens by kind: num_computed_tokens = prefill + decode + recomputed.
+  int32_t num_prefill_computed_tokens = 0;  // prompt positions computed for the first time
+  int32_t num_decode_tokens = 0;            // output positions computed for the first time
+  // Of num_prompt_tokens: the prompt tokens that the prefix cache held when those requests were
+  // first admitted (vLLM's prompt_tokens_cached_total; hits on a resumed request's own blocks
+  // excluded).
+  int32_t num_prompt_tokens_cached = 0;
 
   // Zeroes the step's values.
   void Reset(double now) {

@@ -139,7 +139,26 @@ void MetricsObserver::OnStep(const SchedulerStats& s) {
       m.gpu_prefix_cache_hits->Increment(static_cast<double>(s.prefix_cache_hits));
     }
   }
-  if (s.num_recomputed_tokens > 0) m.recomputed_tokens.Increment(s.num_recomputed_tokens);
+  if (s.num_prompt_tokens_cached > 0) m.prompt_tokens_cached.Increment(s.num_prompt_tokens_cached);
+  if (s.num_recomputed_tokens > 0) {
+    const int32_t prompt = s.num_recomputed_prompt_tokens;
+    if (prompt > 0) m.recomputed_tokens[0]->Increment(prompt);
+    if (s.num_recomputed_tokens > prompt) {
+      m.recomputed_tokens[1]->Increment(s.num_recomputed_tokens - prompt);
+    }
+    m.step_tokens[static_cast<int>(StepTokenKind::kRecompute)]->Increment(s.num_recomputed_tokens);
+  }
+  if (s.num_prefill_computed_tokens > 0) {
+    m.step_tokens[static_cast<int>(StepTokenKind::kPrefillComputed)]->Increment(
+        s.num_prefill_computed_tokens);
+  }
+  if (s.prefix_cache_hits > 0) {
+    m.step_tokens[static_cast<int>(StepTokenKind::kPrefixCacheHit)]->Increment(
+        static_cast<double>(s.prefix_cache_hits));
+  }
+  if (s.num_decode_tokens > 0) {
+    m.step_tokens[static_cast<int>(StepTokenKind::kDecode)]->Increment(s.num_decode_tokens);
+  }
   // What happens in every busy step (the ITL samples of OnTokenOutputs included): gathered,
   // published every kPublishInterval of engine time and whenever the engine has nothing left to
   // do.

@@ -51,6 +51,30 @@ std::string Help(const std::string& what) { return what + kClock; }
 
 }  // namespace
 
+const char* StepTokenKindName(StepTokenKind kind) {
+  switch (kind) {
+    case StepTokenKind::kPrefillComputed:
+      return "prefill_computed";
+    case StepTokenKind::kPrefixCacheHit:
+      return "prefix_cache_hit";
+    case StepTokenKind::kDecode:
+      return "decode";
+    case StepTokenKind::kRecompute:
+      return "recompute";
+  }
+  return "unknown";
+}
+
+const char* AdmissionRejectionName(AdmissionRejection reason) {
+  switch (reason) {
+    case AdmissionRejection::kMaxNumQueuedReqs:
+      return "max_num_queued_reqs";
+    case AdmissionRejection::kMaxNumQueuedTokens:
+      return "max_num_queued_tokens";
+  }
+  return "unknown";
+}
+
 PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
     : config_(config),
       created_unix_s_(
@@ -112,10 +136,11 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
           *registry_, config_, "vllm:prefix_cache_hits_total",
           "Prefix cache hits, in tokens: of vllm:prefix_cache_queries_total, the tokens found "
           "cached (recompute after preemption excluded).")),
-      recomputed_tokens(AddCounter(
-          *registry_, config_, "tinyserve_recomputed_tokens_total",
-          "Tokens computed again because their request was preempted (recompute), counted in "
-          "the step that computes them.")),
+      prompt_tokens_cached(AddCounter(
+          *registry_, config_, "vllm:prompt_tokens_cached_total",
+          "Of vllm:prompt_tokens_total, the prompt tokens found in the prefix cache when their "
+          "request was first admitted (hits on a preempted request's own blocks excluded), "
+          "counted with them.")),
       time_to_first_token(AddHistogram(
           *registry_, config_, "vllm:time_to_first_token_seconds",
           Help("Histogram of time to first token in seconds: from the request's arrival at the "
@@ -214,6 +239,43 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
   for (int i = 0; i < kNumPreemptionReasons; ++i) {
     preemptions_by_reason[i] = &by_reason.Add(With(
         BaseLabels(config_), "reason", PreemptionReasonName(static_cast<PreemptionReason>(i))));
+  }
+  auto& recomputed =
+      prometheus::BuildCounter()
+          .Name("tinyserve_recomputed_tokens_total")
+          .Help(
+              "Tokens computed again because their request was preempted (recompute), counted in "
+              "the step that computes them, by token_type: prompt or output positions.")
+          .Register(*registry_);
+  static constexpr const char* kTokenTypes[] = {"prompt", "output"};
+  for (size_t i = 0; i < recomputed_tokens.size(); ++i) {
+    recomputed_tokens[i] = &recomputed.Add(With(BaseLabels(config_), "token_type", kTokenTypes[i]));
+  }
+  auto& step_tokens_family =
+      prometheus::BuildCounter()
+          .Name("tinyserve_step_tokens_total")
+          .Help(
+              "Prompt and output positions of each engine step by kind: prefill_computed (prompt "
+              "positions computed for the first time), prefix_cache_hit (prompt positions found "
+              "in the prefix cache on a request's first admission), decode (output positions "
+              "computed for the first time), recompute (positions computed again after a "
+              "preemption). prefill_computed + decode + recompute = the tokens computed.")
+          .Register(*registry_);
+  for (int i = 0; i < kNumStepTokenKinds; ++i) {
+    step_tokens[i] = &step_tokens_family.Add(
+        With(BaseLabels(config_), "kind", StepTokenKindName(static_cast<StepTokenKind>(i))));
+  }
+  auto& rejections = prometheus::BuildCounter()
+                         .Name("vllm:admission_rejections_total")
+                         .Help(
+                             "Requests refused at admission with HTTP 503, by reason: "
+                             "max_num_queued_reqs or max_num_queued_tokens (the limit that "
+                             "refused it); a request with n > 1 counts once.")
+                         .Register(*registry_);
+  for (int i = 0; i < kNumAdmissionRejections; ++i) {
+    admission_rejections[i] =
+        &rejections.Add({{"model_name", config_.model_name},
+                         {"reason", AdmissionRejectionName(static_cast<AdmissionRejection>(i))}});
   }
   cache_config_info.Set(1.0);
   lora_requests_info.SetToCurrentTime();

@@ -56,6 +56,20 @@ inline constexpr int kNumFinishReasons = 4;
 // Index of `reason` into PrometheusMetrics::request_success. REQUIRES: reason != kNone.
 inline int FinishReasonIndex(FinishReason reason) { return static_cast<int>(reason) - 1; }
 
+// tinyserve_step_tokens_total{kind}: each engine step's tokens by kind (SchedulerStats).
+enum class StepTokenKind : uint8_t { kPrefillComputed, kPrefixCacheHit, kDecode, kRecompute };
+inline constexpr int kNumStepTokenKinds = 4;
+// "prefill_computed", "prefix_cache_hit", "decode", "recompute".
+const char* StepTokenKindName(StepTokenKind kind);
+
+// vllm:admission_rejections_total{reason}: why the frontend refused a request (HTTP 503).
+enum class AdmissionRejection : uint8_t {
+  kMaxNumQueuedReqs,    // "max_num_queued_reqs": too many requests in flight
+  kMaxNumQueuedTokens,  // "max_num_queued_tokens": too many prompt tokens waiting for prefill
+};
+inline constexpr int kNumAdmissionRejections = 2;
+const char* AdmissionRejectionName(AdmissionRejection reason);
+
 class PrometheusMetrics {
  public:
   explicit PrometheusMetrics(const MetricsConfig& config);
@@ -106,7 +120,12 @@ class PrometheusMetrics {
   std::array<prometheus::Counter*, kNumFinishReasons> request_success{};  // FinishReasonIndex
   prometheus::Counter& prefix_cache_queries;
   prometheus::Counter& prefix_cache_hits;
-  prometheus::Counter& recomputed_tokens;                                           // tinyserve_
+  prometheus::Counter& prompt_tokens_cached;  // vllm:prompt_tokens_cached_total
+  // tinyserve_recomputed_tokens_total{token_type="prompt"|"output"}.
+  std::array<prometheus::Counter*, 2> recomputed_tokens{};
+  std::array<prometheus::Counter*, kNumStepTokenKinds> step_tokens{};  // tinyserve_; StepTokenKind
+  // vllm:admission_rejections_total{reason} (model_name only, no engine label, as vLLM's).
+  std::array<prometheus::Counter*, kNumAdmissionRejections> admission_rejections{};
   std::array<prometheus::Counter*, kNumPreemptionReasons> preemptions_by_reason{};  // tinyserve_
 
   // The --metrics-compat aliases; null unless MetricsConfig::compat_gpu_cache_usage.

@@ -6,8 +6,13 @@ namespace tinyserve {
 
 RequestIntervals RequestTimeline::Intervals() const {
   assert(is_finished());
-  RequestIntervals r;
+  RequestIntervals r = Phases();
   r.e2e = *finished_ts - arrival_ts;
+  return r;
+}
+
+RequestIntervals RequestTimeline::Phases() const {
+  RequestIntervals r;
   if (!queued_ts || !first_scheduled_ts) return r;
   r.queue = *first_scheduled_ts - *queued_ts;
   if (!first_token_ts) return r;

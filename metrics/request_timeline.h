@@ -75,6 +75,10 @@ struct RequestTimeline {
 
   // The intervals whose two ends happened. REQUIRES: is_finished().
   RequestIntervals Intervals() const;
+  // Intervals() without e2e (left 0), for a request that may not have finished: the one
+  // computation of the phases, for the histograms (through Intervals()) and for the per-request
+  // metrics of a response (request_metrics.h).
+  RequestIntervals Phases() const;
 };
 
 // Inline: it is on the per-token path.

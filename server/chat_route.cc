@@ -17,6 +17,7 @@
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/stream_chunks.h"
+#include "server/request_metrics_json.h"
 #include "server/sse_stream.h"
 
 namespace tinyserve {
@@ -27,13 +28,16 @@ using protocol::ApiErrorOr;
 namespace {
 
 constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
+// How long a response with per-request metrics waits for the engine's finish after a stop string.
+constexpr double kEngineFinishSeconds = 1.0;
 
 class ChatSseStream final : public SseStream {
  public:
   ChatSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
                 protocol::ResponseMeta meta, int32_t num_prompt_tokens, const Tokenizer* tokenizer,
-                const protocol::ChatRequest& request)
+                const protocol::ChatRequest& request, bool with_metrics)
       : SseStream(std::move(job), watch),
+        with_metrics_(with_metrics),
         meta_(std::move(meta)),
         chunks_(meta_, protocol::StreamChunks::Kind::kChat),
         num_prompt_tokens_(num_prompt_tokens),
@@ -72,7 +76,10 @@ class ChatSseStream final : public SseStream {
     if (!include_usage_) return;
     protocol::Usage usage{num_prompt_tokens_, 0};
     for (const auto& c : job().choices()) usage.completion_tokens += c->text.num_tokens();
-    chunks_.AppendUsageChunk(usage, out);
+    if (!with_metrics_) return chunks_.AppendUsageChunk(usage, out);
+    nlohmann::ordered_json chunk = protocol::ChatUsageChunkJson(meta_, usage);
+    chunk["metrics"] = JobMetricsJson(job());
+    *out += protocol::SseData(chunk);
   }
 
  private:
@@ -81,6 +88,7 @@ class ChatSseStream final : public SseStream {
     return protocol::Usage{num_prompt_tokens_, c.text.num_tokens()};
   }
 
+  const bool with_metrics_;  // --enable-per-request-metrics: the usage chunk carries `metrics`
   const protocol::ResponseMeta meta_;
   const protocol::StreamChunks chunks_;
   const int32_t num_prompt_tokens_;
@@ -133,17 +141,19 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
 
   protocol::ResponseMeta meta{protocol::NewRequestId("chatcmpl-"),
                               static_cast<int64_t>(std::time(nullptr)), context_.served_model_name};
-  ApiErrorOr<std::unique_ptr<GenerationJob>> submitted = GenerationJob::Submit(
-      context_.engine, &tok, &gate_, meta.id, std::move(specs), fields, arrival_ts);
+  ApiErrorOr<std::unique_ptr<GenerationJob>> submitted =
+      GenerationJob::Submit(context_.engine, &tok, &gate_, meta.id, std::move(specs), fields,
+                            arrival_ts, context_.metrics);
   if (!submitted.ok()) return SendError(res, submitted.error());
   std::unique_ptr<GenerationJob> job = std::move(submitted).value();
   const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
   const auto num_prompt_tokens = static_cast<int32_t>(ids.size());
 
   if (fields.stream) {
-    SseStream::Attach(std::make_shared<ChatSseStream>(std::move(job), watch, std::move(meta),
-                                                      num_prompt_tokens, &tok, request),
-                      res, NextSseWriter());
+    SseStream::Attach(
+        std::make_shared<ChatSseStream>(std::move(job), watch, std::move(meta), num_prompt_tokens,
+                                        &tok, request, context_.enable_per_request_metrics),
+        res, NextSseWriter());
     return;
   }
 
@@ -173,10 +183,13 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
       first.spec.params.prompt_logprobs) {
     prompt_logprobs = protocol::PromptLogprobsJson(tok, ids, first.prompt_logprobs);
   }
+  nlohmann::ordered_json body = protocol::ChatResponseJson(meta, choices, usage, prompt_logprobs);
+  if (context_.enable_per_request_metrics) {
+    job->WaitForEngineFinish(kEngineFinishSeconds);
+    body["metrics"] = JobMetricsJson(*job);
+  }
   res.status = 200;
-  res.set_content(
-      protocol::DumpJson(protocol::ChatResponseJson(meta, choices, usage, prompt_logprobs)),
-      "application/json");
+  res.set_content(protocol::DumpJson(body), "application/json");
 }
 
 }  // namespace tinyserve

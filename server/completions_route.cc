@@ -16,6 +16,7 @@
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/stream_chunks.h"
+#include "server/request_metrics_json.h"
 #include "server/sse_stream.h"
 
 namespace tinyserve {
@@ -26,6 +27,8 @@ using protocol::ApiErrorOr;
 namespace {
 
 constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
+// How long a response with per-request metrics waits for the engine's finish after a stop string.
+constexpr double kEngineFinishSeconds = 1.0;
 
 // The choice that scores `c`'s prompt (prompt logprobs, for echo or prompt_logprobs): the prompt's
 // first choice. The job's choices are in prompt order, n per prompt.
@@ -44,8 +47,9 @@ class CompletionSseStream final : public SseStream {
   CompletionSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
                       protocol::ResponseMeta meta, std::vector<PromptInfo> prompts,
                       const Tokenizer* tokenizer, const protocol::SamplingFields& fields,
-                      bool echo_logprobs)
+                      bool echo_logprobs, bool with_metrics)
       : SseStream(std::move(job), watch),
+        with_metrics_(with_metrics),
         meta_(std::move(meta)),
         chunks_(meta_, protocol::StreamChunks::Kind::kCompletion),
         prompts_(std::move(prompts)),
@@ -100,7 +104,10 @@ class CompletionSseStream final : public SseStream {
 
   void OnFinish(std::string* out) override {
     if (!include_usage_) return;
-    chunks_.AppendUsageChunk(TotalUsage(), out);
+    if (!with_metrics_) return chunks_.AppendUsageChunk(TotalUsage(), out);
+    nlohmann::ordered_json chunk = protocol::CompletionUsageChunkJson(meta_, TotalUsage());
+    chunk["metrics"] = JobMetricsJson(job());
+    *out += protocol::SseData(chunk);
   }
 
  private:
@@ -157,6 +164,7 @@ class CompletionSseStream final : public SseStream {
     return usage;
   }
 
+  const bool with_metrics_;  // --enable-per-request-metrics: the usage chunk carries `metrics`
   const protocol::ResponseMeta meta_;
   const protocol::StreamChunks chunks_;
   const std::vector<PromptInfo> prompts_;
@@ -230,17 +238,18 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
 
   protocol::ResponseMeta meta{protocol::NewRequestId("cmpl-"),
                               static_cast<int64_t>(std::time(nullptr)), context_.served_model_name};
-  ApiErrorOr<std::unique_ptr<GenerationJob>> submitted = GenerationJob::Submit(
-      context_.engine, &tok, &gate_, meta.id, std::move(specs), fields, arrival_ts);
+  ApiErrorOr<std::unique_ptr<GenerationJob>> submitted =
+      GenerationJob::Submit(context_.engine, &tok, &gate_, meta.id, std::move(specs), fields,
+                            arrival_ts, context_.metrics);
   if (!submitted.ok()) return SendError(res, submitted.error());
   std::unique_ptr<GenerationJob> job = std::move(submitted).value();
   const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
 
   if (fields.stream) {
-    SseStream::Attach(
-        std::make_shared<CompletionSseStream>(std::move(job), watch, std::move(meta),
-                                              std::move(prompts), &tok, fields, echo_logprobs),
-        res, NextSseWriter());
+    SseStream::Attach(std::make_shared<CompletionSseStream>(
+                          std::move(job), watch, std::move(meta), std::move(prompts), &tok, fields,
+                          echo_logprobs, context_.enable_per_request_metrics),
+                      res, NextSseWriter());
     return;
   }
 
@@ -281,9 +290,13 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   }
   std::sort(choices.begin(), choices.end(),
             [](const auto& a, const auto& b) { return a.index < b.index; });
+  nlohmann::ordered_json body = protocol::CompletionResponseJson(meta, choices, usage);
+  if (context_.enable_per_request_metrics) {
+    job->WaitForEngineFinish(kEngineFinishSeconds);
+    body["metrics"] = JobMetricsJson(*job);
+  }
   res.status = 200;
-  res.set_content(protocol::DumpJson(protocol::CompletionResponseJson(meta, choices, usage)),
-                  "application/json");
+  res.set_content(protocol::DumpJson(body), "application/json");
 }
 
 }  // namespace tinyserve

@@ -12,11 +12,26 @@ using protocol::ApiError;
 protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
     EngineCore* engine, const Tokenizer* tokenizer, AdmissionGate* gate,
     const std::string& response_id, std::vector<ChoiceSpec> specs,
-    const protocol::SamplingFields& fields, double arrival_ts) {
+    const protocol::SamplingFields& fields, double arrival_ts, const PrometheusMetrics* metrics) {
   const auto num = static_cast<int64_t>(specs.size());
+  int64_t num_prompt_tokens = 0;
+  for (const ChoiceSpec& spec : specs) num_prompt_tokens += std::ssize(spec.prompt_ids);
   std::string why;
-  if (gate != nullptr && !gate->TryAdmit(num, &why)) return ApiError::Unavailable(why);
+  if (gate != nullptr) {
+    const AdmissionGate::Outcome outcome = gate->TryAdmit(num, num_prompt_tokens, &why);
+    if (outcome != AdmissionGate::Outcome::kAdmitted) {
+      if (metrics != nullptr && outcome != AdmissionGate::Outcome::kDraining) {
+        const AdmissionRejection reason = outcome == AdmissionGate::Outcome::kMaxNumQueuedReqs
+                                              ? AdmissionRejection::kMaxNumQueuedReqs
+                                              : AdmissionRejection::kMaxNumQueuedTokens;
+        metrics->admission_rejections[static_cast<int>(reason)]->Increment();
+      }
+      return ApiError::Unavailable(why);
+    }
+  }
   std::unique_ptr<GenerationJob> job(new GenerationJob(engine, gate));
+  std::vector<int64_t> job_specs_tokens;  // [num] each choice's prompt tokens
+  for (const ChoiceSpec& spec : specs) job_specs_tokens.push_back(std::ssize(spec.prompt_ids));
   for (ChoiceSpec& spec : specs) {
     EngineRequest req;
     req.request_id = response_id + "-" + std::to_string(spec.index);
@@ -27,15 +42,18 @@ protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
     req.params_n = fields.n;
     req.reports_params_n = spec.index % fields.n == 0;  // choice 0 of its prompt
     const int32_t last_prompt_token = spec.prompt_ids.back();
-    auto choice =
-        std::make_unique<Choice>(std::move(spec), req.request_id,
-                                 protocol::ChoiceStream(*tokenizer, last_prompt_token, fields));
+    auto choice = std::make_unique<Choice>(
+        std::move(spec), req.request_id,
+        protocol::ChoiceStream(*tokenizer, last_prompt_token, fields), arrival_ts);
     StatusOr<std::shared_ptr<RequestStream>> stream = engine->Submit(std::move(req));
     if (!stream.ok()) {
       // The ones submitted so far are aborted by the destructor; this one and the rest never
       // queued.
-      for (auto rest = static_cast<int64_t>(job->choices_.size()); rest < num; ++rest) {
-        if (gate != nullptr) gate->LeaveWaiting();
+      if (gate != nullptr) {
+        for (size_t rest = job->choices_.size(); rest < job_specs_tokens.size(); ++rest) {
+          gate->LeavePrefill(job_specs_tokens[rest]);
+          gate->FinishRequest();
+        }
       }
       return ApiError::FromStatus(stream.status());
     }
@@ -53,7 +71,10 @@ GenerationJob::~GenerationJob() {
     Abort();
   } catch (...) {
   }
-  for (auto& c : choices_) LeaveWaiting(*c);
+  for (auto& c : choices_) {
+    LeavePrefill(*c);
+    LeaveGate(*c);
+  }
   if (gate_ != nullptr) gate_->EndJob();
 }
 
@@ -76,10 +97,31 @@ bool GenerationJob::WaitUntilFinished(const ConnectionWatch& watch, double poll_
   return true;
 }
 
-void GenerationJob::LeaveWaiting(Choice& c) {
-  if (c.left_waiting) return;
-  c.left_waiting = true;
-  if (gate_ != nullptr) gate_->LeaveWaiting();
+bool GenerationJob::WaitForEngineFinish(double timeout_s) {
+  using SteadyTime = std::chrono::steady_clock;
+  const auto deadline = SteadyTime::now() + std::chrono::duration_cast<SteadyTime::duration>(
+                                                std::chrono::duration<double>(timeout_s));
+  std::vector<ChoiceUpdate> ignored;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    while (!choices_[i]->engine_done) {
+      const double left = std::chrono::duration<double>(deadline - SteadyTime::now()).count();
+      if (left <= 0) return false;
+      Take(i, left, &ignored);
+    }
+  }
+  return true;
+}
+
+void GenerationJob::LeavePrefill(Choice& c) {
+  if (c.left_prefill) return;
+  c.left_prefill = true;
+  if (gate_ != nullptr) gate_->LeavePrefill(std::ssize(c.spec.prompt_ids));
+}
+
+void GenerationJob::LeaveGate(Choice& c) {
+  if (c.left_gate) return;
+  c.left_gate = true;
+  if (gate_ != nullptr) gate_->FinishRequest();
 }
 
 bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* updates) {
@@ -89,14 +131,10 @@ bool GenerationJob::Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* 
   RequestOutput& out = take_buffer_;
   const bool got = timeout_s > 0 ? c.stream->Next(&out, timeout_s) : c.stream->TryNext(&out);
   if (!got) return false;
-  if (!c.left_waiting) {
-    const bool scheduled =
-        out.finished || !out.token_ids.empty() ||
-        std::any_of(out.events.begin(), out.events.end(),
-                    [](const RequestEvent& e) { return e.type == EventType::kScheduled; });
-    if (scheduled) LeaveWaiting(c);
-  }
+  c.metrics.Apply(out.events, out.token_ts, out.finished ? &out.counts : nullptr);
+  if (out.finished || !out.token_ids.empty()) LeavePrefill(c);
   if (out.finished) {
+    LeaveGate(c);
     c.engine_done = true;
     if (out.finish_reason == FinishReason::kError) c.error_message = out.error_message;
   }

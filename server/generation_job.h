@@ -3,9 +3,12 @@
 // RequestStreams through one protocol::ChoiceStream each (UTF-8-safe text, stop strings), and
 // hands the handler each choice's new text as it comes.
 //
-// - Admission: the AdmissionGate check (--max-queue-len; refused while shutting down) for all
-//   choices at once, then Submit() for each; if any submit fails the ones already submitted are
-//   aborted. Nothing is queued for a request that gets an error.
+// - Admission: the AdmissionGate check (--max-num-queued-reqs, --max-num-queued-tokens; refused
+//   while shutting down) for all choices at once, then Submit() for each; if any submit fails the
+//   ones already submitted are aborted. Nothing is queued for a request that gets an error. A
+//   refusal by a limit is counted in vllm:admission_rejections_total{reason} (once per job).
+// - Each choice keeps a RequestMetricsTracker of its engine request (the per-request `metrics`
+//   object of --enable-per-request-metrics), fed with every delta of its stream.
 // - A stop string found in a choice's text finishes the choice at once and finishes its engine
 //   request with reason stop (EngineCore::Abort(id, kStop)); its blocks are freed.
 // - Abort() (the client went away) and the destructor finish every engine request whose finish
@@ -22,6 +25,8 @@
 
 #include "base/token_logprobs.h"
 #include "engine/engine_core.h"
+#include "metrics/prometheus_metrics.h"
+#include "metrics/request_metrics.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
 #include "server/connection_watch.h"
@@ -53,10 +58,12 @@ class GenerationJob {
  public:
   // The state of one choice, readable at any time.
   struct Choice {
-    Choice(ChoiceSpec spec_in, std::string request_id_in, protocol::ChoiceStream text_in)
+    Choice(ChoiceSpec spec_in, std::string request_id_in, protocol::ChoiceStream text_in,
+           double arrival_ts)
         : spec(std::move(spec_in)),
           request_id(std::move(request_id_in)),
-          text(std::move(text_in)) {}
+          text(std::move(text_in)),
+          metrics(arrival_ts) {}
 
     ChoiceSpec spec;
     std::string request_id;
@@ -69,18 +76,21 @@ class GenerationJob {
     int32_t logprobs_prev_id = -1;  // the token before logprobs[0]
     std::string error_message;      // finish_reason error
     bool engine_done = false;       // the engine's finish arrived
-    bool left_waiting = false;      // the gate was told this request left the queue
+    bool left_prefill = false;      // the gate was told its first token (or finish) came
+    bool left_gate = false;         // the gate was told it finished
+    RequestMetricsTracker metrics;  // its timeline, from every delta of its stream
     // The engine sent a token or the finish: the prompt logprobs are complete (they come first).
     bool has_output = false;
   };
 
-  // Submits every choice. `fields` gives the stop strings and detokenizer options; `gate` may
-  // be null. Errors: 503 when the gate refuses or the engine is stopped, 400 if the engine
-  // rejects a request.
+  // Submits every choice. `fields` gives the stop strings and detokenizer options; `gate` and
+  // `metrics` (where refusals are counted) may be null. Errors: 503 when the gate refuses or the
+  // engine is stopped, 400 if the engine rejects a request.
   static protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> Submit(
       EngineCore* engine, const Tokenizer* tokenizer, AdmissionGate* gate,
       const std::string& response_id, std::vector<ChoiceSpec> specs,
-      const protocol::SamplingFields& fields, double arrival_ts);
+      const protocol::SamplingFields& fields, double arrival_ts,
+      const PrometheusMetrics* metrics = nullptr);
 
   ~GenerationJob();
   GenerationJob(const GenerationJob&) = delete;
@@ -98,13 +108,18 @@ class GenerationJob {
   // For a non-streaming response: polls (`poll_s` at a time) until every choice has finished.
   // Returns false, after Abort(), iff `watch` saw the client go away first.
   bool WaitUntilFinished(const ConnectionWatch& watch, double poll_s);
+  // After finished(): waits up to `timeout_s` for the engine's finish of every choice that a stop
+  // string ended (it follows within a step), so its metrics tracker is complete. Returns true iff
+  // every choice's engine finish has arrived.
+  bool WaitForEngineFinish(double timeout_s);
 
   const std::vector<std::unique_ptr<Choice>>& choices() const { return choices_; }
 
  private:
   GenerationJob(EngineCore* engine, AdmissionGate* gate) : engine_(engine), gate_(gate) {}
   bool Take(size_t i, double timeout_s, std::vector<ChoiceUpdate>* updates);
-  void LeaveWaiting(Choice& c);
+  void LeavePrefill(Choice& c);
+  void LeaveGate(Choice& c);
 
   EngineCore* const engine_;
   AdmissionGate* const gate_;

@@ -39,6 +39,9 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.chat_template = context_.chat_template;
     openai.api_key = context_.api_key;
     openai.max_queue_len = context_.max_queue_len;
+    openai.max_num_queued_tokens = context_.max_num_queued_tokens;
+    openai.metrics = context_.metrics;
+    openai.enable_per_request_metrics = context_.enable_per_request_metrics;
     openai.max_choices_per_request = context_.max_choices_per_request;
     openai.max_logprobs_per_request = context_.max_logprobs_per_request;
     openai.version = TINYSERVE_VERSION;

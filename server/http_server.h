@@ -86,7 +86,9 @@ struct ServerContext {
   int32_t max_model_len = 0;     // 0: the engine's
   std::string chat_template = "plain";
   std::string api_key;                         // empty: no authentication
-  int64_t max_queue_len = 0;                   // 0: unlimited
+  int64_t max_queue_len = 0;                   // --max-num-queued-reqs; 0: unlimited
+  int64_t max_num_queued_tokens = 0;           // --max-num-queued-tokens; 0: unlimited
+  bool enable_per_request_metrics = false;     // --enable-per-request-metrics
   int32_t max_choices_per_request = 128;       // OpenAiContext's; 0: unlimited
   int64_t max_logprobs_per_request = 250'000;  // OpenAiContext's; 0: unlimited
 };
@@ -112,7 +114,7 @@ class HttpServer {
   void Drain();
   // The generation requests in flight (0 without the OpenAI routes). Thread-safe.
   int64_t num_in_flight() const;
-  // The engine requests waiting to be scheduled, as --max-queue-len counts them. Thread-safe.
+  // The engine requests in flight, as --max-num-queued-reqs counts them. Thread-safe.
   int64_t num_waiting() const;
 
  private:

@@ -50,7 +50,7 @@ httplib::Server::Handler MethodNotAllowed() {
 OpenAiRoutes::OpenAiRoutes(OpenAiContext context)
     : context_(std::move(context)),
       created_(static_cast<int64_t>(std::time(nullptr))),
-      gate_(context_.max_queue_len) {
+      gate_(AdmissionLimits{context_.max_queue_len, context_.max_num_queued_tokens}) {
   for (int i = 0; i < context_.sse_writer_threads; ++i) {
     std::unique_ptr<SseWriter> writer = SseWriter::Create(context_.sse_writer_options);
     if (writer == nullptr) break;
@@ -135,11 +135,11 @@ std::optional<ApiError> OpenAiRoutes::CheckModel(const std::optional<std::string
 }
 
 std::optional<ApiError> OpenAiRoutes::CheckNumChoices(size_t num_prompts, int32_t n) const {
-  const int64_t max_waiting = gate_.max_waiting();
-  if (max_waiting > 0 && n > max_waiting) {
+  const int64_t max_reqs = gate_.limits().max_num_queued_reqs;
+  if (max_reqs > 0 && n > max_reqs) {
     return ApiError::BadRequest("n = " + std::to_string(n) + " is more than the server's queue " +
-                                    "can ever hold (--max-queue-len " +
-                                    std::to_string(max_waiting) + ").",
+                                    "can ever hold (--max-num-queued-reqs " +
+                                    std::to_string(max_reqs) + ").",
                                 "n");
   }
   const int64_t limit = context_.max_choices_per_request;

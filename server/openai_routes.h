@@ -14,9 +14,14 @@
 // gets 404 model_not_found. With an API key, every /v1/* request needs `Authorization: Bearer
 // KEY` (401 otherwise, compared in constant time; HttpServer asks CheckAuthorization before the
 // body is read, with the other head checks of server/request_guard.h); /health, /metrics, /version,
-// /tokenize and /detokenize stay open, as in vLLM. With max_queue_len > 0, a request that would
-// make more than that many engine requests wait gets 503 at once (a request whose n alone is over
-// the limit gets 400: it could never be admitted); a stopped or dead engine gives 503. Requests
+// /tokenize and /detokenize stay open, as in vLLM. With max_queue_len (--max-num-queued-reqs) > 0,
+// a request that would make more than that many engine requests in flight gets 503 at once (a
+// request whose n alone is over the limit gets 400: it could never be admitted); likewise with
+// max_num_queued_tokens > 0 for the prompt tokens waiting for their first token (AdmissionGate);
+// refusals are counted in vllm:admission_rejections_total{reason}. A stopped or dead engine gives
+// 503. With enable_per_request_metrics, a response for one prompt and n = 1 carries the request's
+// `metrics` object (metrics/request_metrics.h; a stream: in its final usage chunk, which needs
+// stream_options.include_usage), and `"metrics": null` otherwise (vLLM). Requests
 // over the amplification caps (max_choices_per_request, max_logprobs_per_request) get 400 naming
 // the cap.
 //
@@ -39,6 +44,7 @@
 
 #include "base/clock.h"
 #include "engine/engine_core.h"
+#include "metrics/prometheus_metrics.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
 #include "server/protocol/api_error.h"
@@ -63,7 +69,11 @@ struct OpenAiContext {
   int32_t max_model_len = 0;            // REQUIRES: > 0 (EngineCore::max_model_len())
   std::string chat_template = "plain";  // protocol::RenderChatTemplate name
   std::string api_key;                  // empty: no authentication
-  int64_t max_queue_len = 0;            // 0: unlimited
+  int64_t max_queue_len = 0;            // --max-num-queued-reqs; 0: unlimited
+  int64_t max_num_queued_tokens = 0;    // --max-num-queued-tokens; 0: unlimited
+  // Where admission refusals are counted (vllm:admission_rejections_total); may be null.
+  const PrometheusMetrics* metrics = nullptr;
+  bool enable_per_request_metrics = false;  // --enable-per-request-metrics
   // Amplification caps (400 naming the flag): choices per request (prompts x n), and logprob
   // entries a response may carry (each scored token with its top-k: (1 + k) per token, over the
   // prompt tokens of prompt_logprobs / echo and up to max_tokens generated ones, of every choice).
@@ -90,8 +100,8 @@ class OpenAiRoutes {
   // Returns true iff `method` `path` is a route that parses a JSON body.
   static bool TakesJsonBody(const std::string& method, const std::string& path);
 
-  // The engine requests waiting to be scheduled, as counted for --max-queue-len.
-  int64_t num_waiting() const { return gate_.num_waiting(); }
+  // The engine requests in flight, as counted for --max-num-queued-reqs.
+  int64_t num_waiting() const { return gate_.num_queued_reqs(); }
   // The generation requests (HTTP exchanges) in flight.
   int64_t num_in_flight() const { return gate_.num_jobs(); }
   // From now on new generation requests get 503 (shutdown); the ones in flight go on.
@@ -108,7 +118,7 @@ class OpenAiRoutes {
   // 503 when the engine is missing or dead.
   std::optional<protocol::ApiError> CheckServing() const;
   // 400 when `num_prompts` x `n` is over --max-choices-per-request, or when `n` alone could never
-  // fit in the queue (--max-queue-len).
+  // fit in the queue (--max-num-queued-reqs).
   std::optional<protocol::ApiError> CheckNumChoices(size_t num_prompts, int32_t n) const;
   // 400 when the choices could carry more logprob entries than --max-logprobs-per-request.
   std::optional<protocol::ApiError> CheckLogprobEntries(const std::vector<ChoiceSpec>& specs) const;

@@ -115,17 +115,31 @@ BatchedRun RunBatched(const std::vector<EngineRequest>& reqs, int32_t num_blocks
     core.Step();
   }
   BatchedRun run;
+  int64_t recomputed_by_requests = 0;
   for (auto& [id, stream] : streams) {
     RequestOutput all;
     EXPECT_TRUE(stream->WaitForFinish(&all, 0)) << id;
     EXPECT_EQ(all.finish_reason, FinishReason::kLength) << id;
+    recomputed_by_requests +=
+        all.counts.num_recomputed_prompt_tokens + all.counts.num_recomputed_output_tokens;
     run.outputs[id] = all.token_ids;
     run.prompt_logprobs[id] = all.prompt_logprobs;
   }
+  int64_t recomputed = 0;
   for (const SchedulerStats& s : recorder.steps) {
     run.num_preemptions += s.num_preemptions;
     run.prefix_cache_hits += s.prefix_cache_hits;
+    // Every computed token is of one kind; the reasons add up to the preemptions.
+    EXPECT_EQ(s.num_prefill_computed_tokens + s.num_decode_tokens + s.num_recomputed_tokens,
+              s.num_computed_tokens);
+    EXPECT_LE(s.num_recomputed_prompt_tokens, s.num_recomputed_tokens);
+    int32_t by_reason = 0;
+    for (int32_t n : s.num_preemptions_by_reason) by_reason += n;
+    EXPECT_EQ(by_reason, s.num_preemptions);
+    recomputed += s.num_recomputed_tokens;
   }
+  // The requests' own recompute counts (delivered with their finish) add up to the steps'.
+  EXPECT_EQ(recomputed_by_requests, recomputed);
   run.num_free_blocks = core.scheduler().kv_cache().pool().num_free_blocks();
   return run;
 }

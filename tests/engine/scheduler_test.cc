@@ -154,7 +154,8 @@ TEST(SchedulerTest, FcfsPreemptsItselfWhenLastAndAdmitsNothingThatStep) {
   EXPECT_TRUE(b->block_ids.empty());
   const SchedulerStats& st = s.stats();
   EXPECT_EQ(st.num_preemptions, 1);
-  EXPECT_EQ(st.num_preemptions_by_reason[0], 1);
+  EXPECT_EQ(st.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kKvFull)], 1);
+  EXPECT_EQ(st.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kPriority)], 0);
   EXPECT_EQ(st.num_preempted_waiting, 1);
   EXPECT_EQ(st.num_waiting, 2);
   EXPECT_EQ(st.num_running, 1);
@@ -189,6 +190,22 @@ TEST(SchedulerTest, PriorityVictimIsTheLargestPriorityEvenIfAlreadyPlanned) {
   EXPECT_EQ(p.preempted, (Names{"a"}));
   EXPECT_EQ(RunningIds(s), (Names{"b"}));
   EXPECT_EQ(WaitingIds(s), (Names{"a"}));
+  // a (priority 5) made room for b (priority 0): a priority preemption.
+  EXPECT_EQ(s.stats().num_preemptions_by_reason[static_cast<int>(PreemptionReason::kPriority)], 1);
+  EXPECT_EQ(s.stats().num_preemptions_by_reason[static_cast<int>(PreemptionReason::kKvFull)], 0);
+  EXPECT_STREQ(PreemptionReasonName(PreemptionReason::kPriority), "priority");
+  EXPECT_STREQ(PreemptionReasonName(PreemptionReason::kKvFull), "kv_full");
+}
+
+TEST(SchedulerTest, PriorityPolicyPreemptingAnEquallyImportantRequestIsKvFull) {
+  Scheduler s(Config(5, 2, 100, 64, SchedulingPolicy::kPriority));
+  s.AddRequest(MakeRequest("a", 3, 20, /*priority=*/1, /*arrival=*/0), 0);
+  s.AddRequest(MakeRequest("b", 3, 20, /*priority=*/1, /*arrival=*/1), 0);
+  RunStep(s, 0);
+  RunStep(s, 1);
+  EXPECT_EQ(RunStep(s, 2).preempted, (Names{"b"}));  // b is itself the victim
+  EXPECT_EQ(s.stats().num_preemptions_by_reason[static_cast<int>(PreemptionReason::kKvFull)], 1);
+  EXPECT_EQ(s.stats().num_preemptions_by_reason[static_cast<int>(PreemptionReason::kPriority)], 0);
 }
 
 TEST(SchedulerTest, PriorityWaitingQueueIsOrderedByPriorityThenArrival) {
@@ -233,7 +250,12 @@ TEST(SchedulerTest, PrefixCacheStatsCountAdmissionsAndExcludeRecompute) {
   EXPECT_EQ(s.stats().prefix_cache_hits, 8);
   EXPECT_EQ(s.stats().num_computed_tokens, 2);
   EXPECT_EQ(s.stats().num_prompt_tokens, 10);
+  EXPECT_EQ(s.stats().num_prompt_tokens_cached, 8);
+  EXPECT_EQ(s.stats().num_prefill_computed_tokens, 2);
+  EXPECT_EQ(s.stats().num_decode_tokens, 0);
   EXPECT_EQ(s.stats().num_generation_tokens, 1);
+  ASSERT_EQ(s.finished().size(), 2u);
+  EXPECT_EQ(s.finished()[1]->counts.num_cached_prompt_tokens, 8);
   // Both finished: the 2 shared full blocks stay cached; the 2 partial blocks are plain free.
   EXPECT_EQ(s.stats().num_cached_blocks, 2);
   EXPECT_EQ(s.stats().num_free_blocks, 14);
@@ -257,6 +279,14 @@ TEST(SchedulerTest, ResumedRequestRecomputesPromptAndOutputs) {
   EXPECT_EQ(p.num_new, (Ids{5}));  // prompt 3 + outputs 2
   EXPECT_EQ(p.sample, (Ids{1}));
   EXPECT_EQ(s.stats().num_recomputed_tokens, 4);
+  // Of the 5: prompt 3 and output 1 computed before (recompute); output 2's K/V is new (decode).
+  EXPECT_EQ(s.stats().num_recomputed_prompt_tokens, 3);
+  EXPECT_EQ(s.stats().num_prefill_computed_tokens, 0);
+  EXPECT_EQ(s.stats().num_decode_tokens, 1);
+  EXPECT_EQ(s.stats().num_computed_tokens, 5);
+  EXPECT_EQ(s.Find("b")->counts.num_recomputed_prompt_tokens, 3);
+  EXPECT_EQ(s.Find("b")->counts.num_recomputed_output_tokens, 1);
+  EXPECT_EQ(s.Find("b")->counts.num_cached_prompt_tokens, 0);
   EXPECT_EQ(s.stats().prefix_cache_queries, 0);  // resumed: excluded
   EXPECT_EQ(s.stats().num_prompt_tokens, 0);     // b's first token came long ago
   EXPECT_EQ(s.Find("b")->num_output_tokens(), 3);

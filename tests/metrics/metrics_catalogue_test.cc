@@ -24,6 +24,7 @@ struct Expected {
   const char* type;
   std::set<std::string> extra_labels;                       // besides model_name and engine
   std::vector<std::vector<std::string>> label_values = {};  // for each extra label, all values
+  bool has_engine_label = true;  // vllm:admission_rejections_total has model_name only (vLLM's)
 };
 
 const std::vector<Expected>& Catalogue() {
@@ -62,8 +63,21 @@ const std::vector<Expected>& Catalogue() {
       {"vllm:request_num_preemptions", "histogram", {}},
       {"tinyserve_num_requests_preempted", "gauge", {}},
       {"tinyserve_kv_cache_blocks", "gauge", {"state"}, {{"used", "cached", "free"}}},
-      {"tinyserve_recomputed_tokens_total", "counter", {}},
-      {"tinyserve_num_preemptions_by_reason_total", "counter", {"reason"}, {{"kv_cache"}}},
+      {"vllm:prompt_tokens_cached_total", "counter", {}},
+      {"vllm:admission_rejections_total",
+       "counter",
+       {"reason"},
+       {{"max_num_queued_reqs", "max_num_queued_tokens"}},
+       /*has_engine_label=*/false},
+      {"tinyserve_recomputed_tokens_total", "counter", {"token_type"}, {{"prompt", "output"}}},
+      {"tinyserve_step_tokens_total",
+       "counter",
+       {"kind"},
+       {{"prefill_computed", "prefix_cache_hit", "decode", "recompute"}}},
+      {"tinyserve_num_preemptions_by_reason_total",
+       "counter",
+       {"reason"},
+       {{"kv_full", "priority"}}},
   };
   return kCatalogue;
 }
@@ -120,10 +134,12 @@ TEST(MetricsCatalogueTest, EveryNameTypeAndLabelSetIsPresent) {
       }
       std::set<std::string> want = e.extra_labels;
       want.insert("model_name");
-      want.insert("engine");
+      if (e.has_engine_label) want.insert("engine");
       EXPECT_EQ(keys, want) << s.name;
       EXPECT_EQ(s.labels.at("model_name"), "test-model");
-      EXPECT_EQ(s.labels.at("engine"), "0");
+      if (e.has_engine_label) {
+        EXPECT_EQ(s.labels.at("engine"), "0");
+      }
       if (!values.empty()) seen_values.insert(values);
     }
     EXPECT_GT(num_samples, 0);

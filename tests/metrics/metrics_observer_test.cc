@@ -254,6 +254,10 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   s.prefix_cache_queries = 32;
   s.prefix_cache_hits = 16;
   s.num_recomputed_tokens = 7;
+  s.num_recomputed_prompt_tokens = 5;
+  s.num_prefill_computed_tokens = 20;
+  s.num_decode_tokens = 13;
+  s.num_prompt_tokens_cached = 4;
   s.num_generation_tokens = 3;
   s.ts = 0.0;
   outputs(-0.002);
@@ -270,7 +274,13 @@ TEST_F(MetricsObserverTest, GaugesAndCountersFollowStepStats) {
   EXPECT_EQ(metrics_.kv_cache_blocks[2]->Value(), 3.0);
   EXPECT_EQ(metrics_.prefix_cache_queries.Value(), 64.0);
   EXPECT_EQ(metrics_.prefix_cache_hits.Value(), 32.0);
-  EXPECT_EQ(metrics_.recomputed_tokens.Value(), 14.0);
+  EXPECT_EQ(metrics_.recomputed_tokens[0]->Value(), 10.0);  // prompt
+  EXPECT_EQ(metrics_.recomputed_tokens[1]->Value(), 4.0);   // output
+  EXPECT_EQ(metrics_.prompt_tokens_cached.Value(), 8.0);
+  EXPECT_EQ(metrics_.step_tokens[static_cast<int>(StepTokenKind::kPrefillComputed)]->Value(), 40.0);
+  EXPECT_EQ(metrics_.step_tokens[static_cast<int>(StepTokenKind::kPrefixCacheHit)]->Value(), 32.0);
+  EXPECT_EQ(metrics_.step_tokens[static_cast<int>(StepTokenKind::kDecode)]->Value(), 26.0);
+  EXPECT_EQ(metrics_.step_tokens[static_cast<int>(StepTokenKind::kRecompute)]->Value(), 14.0);
   EXPECT_EQ(metrics_.cache_config_info.Value(), 1.0);
   // Every-step samples wait until 10 ms of engine time have passed since the oldest...
   EXPECT_EQ(Read(metrics_.iteration_tokens).count, 0u);

@@ -164,7 +164,8 @@ TEST(OpenAiHostileTest, NLargerThanTheQueueIs400Not503) {
   auto res = server.Post("/v1/completions", {{"prompt", "a"}, {"n", 5}, {"max_tokens", 1}});
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;
-  EXPECT_NE(ErrorMessage(res).find("--max-queue-len 4"), std::string::npos) << ErrorMessage(res);
+  EXPECT_NE(ErrorMessage(res).find("--max-num-queued-reqs 4"), std::string::npos)
+      << ErrorMessage(res);
   auto chat = server.Post("/v1/chat/completions",
                           {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"n", 5}});
   ASSERT_TRUE(chat);

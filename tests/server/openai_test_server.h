@@ -159,7 +159,9 @@ class FinishRecorder final : public EngineObserver {
 
 struct TestServerOptions {
   std::string api_key;
-  int64_t max_queue_len = 0;
+  int64_t max_queue_len = 0;          // --max-num-queued-reqs
+  int64_t max_num_queued_tokens = 0;  // --max-num-queued-tokens
+  bool enable_per_request_metrics = false;
   bool start_engine = true;
   double step_delay_s = 0.0;
   int32_t num_kv_blocks = 256;
@@ -210,6 +212,8 @@ class OpenAiTestServer {
     context.served_model_name = "stories";
     context.api_key = options.api_key;
     context.max_queue_len = options.max_queue_len;
+    context.max_num_queued_tokens = options.max_num_queued_tokens;
+    context.enable_per_request_metrics = options.enable_per_request_metrics;
     context.metrics = metrics_.get();
     HttpServerOptions server_options;
     server_options.port = 0;
@@ -249,8 +253,10 @@ class OpenAiTestServer {
   int64_t num_scoring_prompts() const { return executor_->num_scoring_prompts(); }
   const FaultInjectingExecutor& injector() const { return *injector_; }
   HttpServer& http() { return *server_; }
-  // The engine requests waiting to be scheduled, as --max-queue-len counts them.
+  // The engine requests in flight, as --max-num-queued-reqs counts them.
   int64_t num_waiting() const { return server_->num_waiting(); }
+  // Null unless TestServerOptions::with_metrics.
+  const PrometheusMetrics* metrics() const { return metrics_.get(); }
   double Now() const { return clock_.Now(); }
 
  private:
