@@ -316,6 +316,22 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
                               {"output_norm.weight", {dim}, weights.final_norm.data()}};
   if (!c.shared_classifier)
     tensors.push_back({"output.weight", {dim, nvocab}, weights.classifier.data()});
+  // Llama-3 RoPE scaling travels as llama.cpp's converter writes it: per-pair divisors of the
+  // unscaled frequencies (rope_freqs.weight), no scaling keys.
+  std::vector<float> freq_factors = c.rope_freq_factors;
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    ModelConfig plain = c;
+    plain.rope_scaling = RopeScaling{};
+    plain.rope_freq_factors.clear();
+    const std::vector<float> base = plain.RopeInvFreq();
+    const std::vector<float> scaled = c.RopeInvFreq();  // includes any rope_freq_factors
+    freq_factors.resize(base.size());
+    for (size_t i = 0; i < base.size(); ++i) freq_factors[i] = base[i] / scaled[i];
+  }
+  if (!freq_factors.empty()) {
+    tensors.push_back(
+        {"rope_freqs.weight", {static_cast<uint64_t>(c.head_dim / 2)}, freq_factors.data()});
+  }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& L = weights.layers[l];
     tensors.push_back({Blk(l, "attn_norm.weight"), {dim}, L.attn_norm.data()});
@@ -352,9 +368,6 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     b.Str(v);
   };
   const bool linear = c.rope_scaling.type == RopeScaling::Type::kLinear;
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
-    return InvalidArgument(path + ": llama3 rope scaling cannot be written to GGUF here");
-  }
   const uint64_t num_kv = 14 + (linear ? 2 : 0) + 8;
   b.out = "GGUF";
   b.Raw<uint32_t>(3);
