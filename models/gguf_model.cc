@@ -397,18 +397,21 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   b.Key("tokenizer.ggml.add_bos_token", GgufType::kBool);
   b.Raw<uint8_t>(vocab.add_bos ? 1 : 0);
 
+  // As llama.cpp's converter does, 1-D tensors (norm weights, biases) stay F32 whatever `dtype`
+  // is: ggml's element-wise ops take no f16/bf16 second operand, so llama.cpp refuses them.
+  auto dtype_of = [&](const Out& t) { return t.dims.size() == 1 ? TensorDtype::kF32 : dtype; };
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
   for (const Out& t : tensors) {
     b.Str(t.name);
     b.Raw<uint32_t>(static_cast<uint32_t>(t.dims.size()));
     for (uint64_t d : t.dims) b.Raw(d);
-    b.Raw(GgmlOfDtype(dtype));
+    b.Raw(GgmlOfDtype(dtype_of(t)));
     b.Raw(offset);
     offsets.push_back(offset);
     uint64_t n = 1;
     for (uint64_t d : t.dims) n *= d;
-    offset += (n * TensorDtypeBytes(dtype) + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (n * TensorDtypeBytes(dtype_of(t)) + kAlignment - 1) / kAlignment * kAlignment;
   }
   b.out.append((kAlignment - b.out.size() % kAlignment) % kAlignment, '\0');
   const size_t data_start = b.out.size();
@@ -416,7 +419,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint64_t n = 1;
     for (uint64_t d : tensors[i].dims) n *= d;
-    ConvertFromF32(dtype, tensors[i].data, static_cast<int64_t>(n),
+    ConvertFromF32(dtype_of(tensors[i]), tensors[i].data, static_cast<int64_t>(n),
                    reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
