@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 
+#include "kernels/ggml_quant.h"
+
 #include "models/hf_model.h"
 #include "models/safetensors.h"
 #include "models/tokenizer/gguf.h"
@@ -67,7 +69,9 @@ Status ReadFloat(const GgufFile& g, const std::string& key, double fallback, flo
 struct Expected {
   std::string name;
   std::vector<uint64_t> dims;  // ggml order
-  float* dst;
+  std::vector<float>* vec;     // the fp32 tensor it goes to (at `offset`), or its matrix
+  uint64_t offset;
+  QuantizedMatrix* quantized;  // a matrix's quantized form; null for 1-D tensors (always float)
 };
 
 // Little-endian GGUF bytes.
@@ -182,43 +186,60 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
 
   const uint64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hid = c.hidden_dim;
   const uint64_t vocab = c.vocab_size;
-  w->token_embedding.resize(vocab * dim);
+  // A matrix whose parts are all quantized (q|k|v, gate|up) keeps its blocks; its fp32 vector is
+  // never allocated. A matrix that mixes float and quantized parts is dequantized to fp32 whole.
+  auto all_quantized = [&](std::initializer_list<std::string> names) {
+    for (const std::string& n : names) {
+      const GgufTensorInfo* t = g.FindTensor(n);
+      if (t == nullptr || !QuantTypeOfGgml(t->ggml_type)) return false;
+    }
+    return true;
+  };
+  auto sized = [](std::vector<float>& v, uint64_t n, bool quantized) {
+    if (!quantized) v.resize(n);
+  };
+  sized(w->token_embedding, vocab * dim, all_quantized({"token_embd.weight"}));
   w->final_norm.resize(dim);
   w->layers.resize(c.num_layers);
-  std::vector<Expected> expected = {{"token_embd.weight", {dim, vocab}, w->token_embedding.data()},
-                                    {"output_norm.weight", {dim}, w->final_norm.data()}};
+  std::vector<Expected> expected = {
+      {"token_embd.weight", {dim, vocab}, &w->token_embedding, 0, &w->q_token_embedding},
+      {"output_norm.weight", {dim}, &w->final_norm, 0, nullptr}};
   if (!c.shared_classifier) {
-    w->classifier.resize(vocab * dim);
-    expected.push_back({"output.weight", {dim, vocab}, w->classifier.data()});
+    sized(w->classifier, vocab * dim, all_quantized({"output.weight"}));
+    expected.push_back({"output.weight", {dim, vocab}, &w->classifier, 0, &w->q_classifier});
   }
   if (g.FindTensor("rope_freqs.weight") != nullptr) {
     c.rope_freq_factors.resize(c.head_dim / 2);
-    expected.push_back(
-        {"rope_freqs.weight", {static_cast<uint64_t>(c.head_dim / 2)}, c.rope_freq_factors.data()});
+    expected.push_back({"rope_freqs.weight",
+                        {static_cast<uint64_t>(c.head_dim / 2)},
+                        &c.rope_freq_factors,
+                        0,
+                        nullptr});
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& L = w->layers[l];
     L.attn_norm.resize(dim);
-    L.wqkv.resize((q + 2 * kv) * dim);
-    L.wo.resize(dim * q);
+    sized(L.wqkv, (q + 2 * kv) * dim,
+          all_quantized({Blk(l, "attn_q.weight"), Blk(l, "attn_k.weight"), Blk(l, "attn_v.weight")}));
+    sized(L.wo, dim * q, all_quantized({Blk(l, "attn_output.weight")}));
     L.ffn_norm.resize(dim);
-    L.w13.resize(2 * hid * dim);
-    L.w2.resize(dim * hid);
-    expected.push_back({Blk(l, "attn_norm.weight"), {dim}, L.attn_norm.data()});
-    expected.push_back({Blk(l, "attn_q.weight"), {dim, q}, L.wqkv.data()});
-    expected.push_back({Blk(l, "attn_k.weight"), {dim, kv}, L.wqkv.data() + q * dim});
-    expected.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim});
+    sized(L.w13, 2 * hid * dim, all_quantized({Blk(l, "ffn_gate.weight"), Blk(l, "ffn_up.weight")}));
+    sized(L.w2, dim * hid, all_quantized({Blk(l, "ffn_down.weight")}));
+    expected.push_back({Blk(l, "attn_norm.weight"), {dim}, &L.attn_norm, 0, nullptr});
+    expected.push_back({Blk(l, "attn_q.weight"), {dim, q}, &L.wqkv, 0, &L.q_wqkv});
+    expected.push_back({Blk(l, "attn_k.weight"), {dim, kv}, &L.wqkv, q * dim, &L.q_wqkv});
+    expected.push_back({Blk(l, "attn_v.weight"), {dim, kv}, &L.wqkv, (q + kv) * dim, &L.q_wqkv});
     if (c.attention_bias) {
       L.bqkv.resize(q + 2 * kv);
-      expected.push_back({Blk(l, "attn_q.bias"), {q}, L.bqkv.data()});
-      expected.push_back({Blk(l, "attn_k.bias"), {kv}, L.bqkv.data() + q});
-      expected.push_back({Blk(l, "attn_v.bias"), {kv}, L.bqkv.data() + q + kv});
+      expected.push_back({Blk(l, "attn_q.bias"), {q}, &L.bqkv, 0, nullptr});
+      expected.push_back({Blk(l, "attn_k.bias"), {kv}, &L.bqkv, q, nullptr});
+      expected.push_back({Blk(l, "attn_v.bias"), {kv}, &L.bqkv, q + kv, nullptr});
     }
-    expected.push_back({Blk(l, "attn_output.weight"), {q, dim}, L.wo.data()});
-    expected.push_back({Blk(l, "ffn_norm.weight"), {dim}, L.ffn_norm.data()});
-    expected.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, L.w13.data()});
-    expected.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, L.w13.data() + hid * dim});
-    expected.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data()});
+    expected.push_back({Blk(l, "attn_output.weight"), {q, dim}, &L.wo, 0, &L.q_wo});
+    expected.push_back({Blk(l, "ffn_norm.weight"), {dim}, &L.ffn_norm, 0, nullptr});
+    expected.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, &L.w13, 0, &L.q_w13});
+    expected.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, &L.w13, hid * dim, &L.q_w13});
+    expected.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, &L.w2, 0, &L.q_w2});
   }
   std::vector<std::string> problems;
   std::set<std::string> wanted;
@@ -235,8 +256,18 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
       problems.push_back(e.name + " has dims " + dims_string(t->dims) + ", the metadata implies " +
                          dims_string(e.dims));
     } else if (!DtypeOfGgml(t->ggml_type)) {
-      problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
-                         " (only f32, f16 and bf16 are supported)");
+      const std::optional<QuantType> qt = QuantTypeOfGgml(t->ggml_type);
+      if (!qt) {
+        problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
+                           " (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, "
+                           "q6_K)");
+      } else if (e.quantized == nullptr) {
+        problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
+                           " (a 1-D tensor must be f32, f16 or bf16)");
+      } else if (t->dims[0] % QuantBlockElements(*qt) != 0) {
+        problems.push_back(e.name + " has " + std::to_string(t->dims[0]) + " columns, not a " +
+                           "multiple of the " + GgmlTypeName(t->ggml_type) + " block");
+      }
     }
   }
   for (const GgufTensorInfo& t : g.tensors()) {
@@ -252,14 +283,31 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
   }
   for (const Expected& e : expected) {
     const GgufTensorInfo* t = g.FindTensor(e.name);
-    ConvertToF32(*DtypeOfGgml(t->ggml_type), g.tensor_data(*t),
-                 static_cast<int64_t>(t->num_elements), e.dst);
+    const uint8_t* data = g.tensor_data(*t);
+    const std::optional<QuantType> qt = QuantTypeOfGgml(t->ggml_type);
+    if (qt && e.vec->empty()) {  // a matrix all of whose parts are quantized
+      e.quantized->parts.push_back({*qt, data, static_cast<int32_t>(t->dims[1])});
+      continue;
+    }
+    float* dst = e.vec->data() + e.offset;
+    if (!qt) {
+      ConvertToF32(*DtypeOfGgml(t->ggml_type), data, static_cast<int64_t>(t->num_elements), dst);
+      continue;
+    }
+    const int64_t cols = static_cast<int64_t>(t->dims[0]);
+    for (uint64_t r = 0; r < t->dims[1]; ++r) {
+      DequantizeRow(*qt, data + QuantRowBytes(*qt, cols) * r, cols, dst + r * cols);
+    }
   }
   GgufModel out;
   if (g.Has("tokenizer.chat_template")) {
     StatusOr<std::string> tmpl = g.GetString("tokenizer.chat_template");
     if (!tmpl.ok()) return tmpl.status();
     out.chat_template = *tmpl;
+  }
+  if (w->is_quantized()) {
+    // The blocks are read where they lie: the mapping moves with the file, its address stays.
+    w->storage = std::make_shared<GgufFile>(std::move(*opened));
   }
   out.weights = std::move(w);
   out.tokenizer = std::move(tokenizer).value();
@@ -410,18 +458,21 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   b.Key("tokenizer.ggml.add_bos_token", GgufType::kBool);
   b.Raw<uint8_t>(vocab.add_bos ? 1 : 0);
 
+  // As llama.cpp's converter does, 1-D tensors (norm weights, biases) stay F32 whatever `dtype`
+  // is: ggml's element-wise ops take no f16/bf16 second operand, so llama.cpp refuses them.
+  auto dtype_of = [&](const Out& t) { return t.dims.size() == 1 ? TensorDtype::kF32 : dtype; };
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
   for (const Out& t : tensors) {
     b.Str(t.name);
     b.Raw<uint32_t>(static_cast<uint32_t>(t.dims.size()));
     for (uint64_t d : t.dims) b.Raw(d);
-    b.Raw(GgmlOfDtype(dtype));
+    b.Raw(GgmlOfDtype(dtype_of(t)));
     b.Raw(offset);
     offsets.push_back(offset);
     uint64_t n = 1;
     for (uint64_t d : t.dims) n *= d;
-    offset += (n * TensorDtypeBytes(dtype) + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (n * TensorDtypeBytes(dtype_of(t)) + kAlignment - 1) / kAlignment * kAlignment;
   }
   b.out.append((kAlignment - b.out.size() % kAlignment) % kAlignment, '\0');
   const size_t data_start = b.out.size();
@@ -429,7 +480,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint64_t n = 1;
     for (uint64_t d : tensors[i].dims) n *= d;
-    ConvertFromF32(dtype, tensors[i].data, static_cast<int64_t>(n),
+    ConvertFromF32(dtype_of(tensors[i]), tensors[i].data, static_cast<int64_t>(n),
                    reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

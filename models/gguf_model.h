@@ -52,9 +52,10 @@ struct GgufLlamaVocab {
 // (unknown), <s> 1 and </s> 2 (control), <0xHH> bytes 3..258 (byte), the rest normal.
 StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vocab_size);
 
-// Writes `weights` and `vocab` as a GGUF v3 file of the llama architecture, tensors in `dtype`.
-// Half-split q/k rows (HF) are permuted back to the interleaved order llama.cpp uses. Llama-3 RoPE
-// scaling is written as llama.cpp's converter does: a rope_freqs.weight tensor of divisors.
+// Writes `weights` and `vocab` as a GGUF v3 file of the llama architecture, matrices in `dtype`
+// and 1-D tensors (norm weights, biases, rope_freqs) in F32, as llama.cpp expects. Half-split q/k
+// rows (HF) are permuted back to the interleaved order llama.cpp uses. Llama-3 RoPE scaling is
+// written as llama.cpp's converter does: a rope_freqs.weight tensor of divisors.
 Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, TensorDtype dtype,
                       const std::string& path);
 
