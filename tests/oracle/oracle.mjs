@@ -51,6 +51,11 @@ function parseArgs(argv) {
 
 const args = parseArgs(process.argv);
 const gen = Number(args.gen);
+const dtypes = args.dtypes.split(",");
+for (const d of dtypes) {
+  // A new dtype needs its tolerance measured and stated above first.
+  if (!(d in TOLERANCE)) throw new Error(`--dtypes ${d}: no tolerance for it (known: ${Object.keys(TOLERANCE)})`);
+}
 fs.mkdirSync(args.work, {recursive: true});
 let failures = 0;
 function check(ok, what) {
@@ -189,7 +194,6 @@ for (const name of ["ggml-vocab-llama-spm", "ggml-vocab-gpt-2"]) {
 
 // Models.
 const summary = [];
-const dtypes = args.dtypes.split(",");
 const presets = presetNames();
 let tokenizerChecked = false;
 for (const dtype of dtypes) {
