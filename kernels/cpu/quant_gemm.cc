@@ -33,7 +33,7 @@ __attribute__((target("avx2"))) inline int32_t Hsum256(__m256i v) {
 }
 
 __attribute__((target("avx2"))) void DotsQ8_0Avx2(const uint8_t* w, const int8_t* xq, int64_t k,
-                                                   int32_t* dots) {
+                                                  int32_t* dots) {
   for (int64_t b = 0; b < k / 32; ++b, w += 34, xq += 32) {
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
     const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
@@ -42,19 +42,20 @@ __attribute__((target("avx2"))) void DotsQ8_0Avx2(const uint8_t* w, const int8_t
 }
 
 __attribute__((target("avx2"))) void DotsQ4_0Avx2(const uint8_t* w, const int8_t* xq, int64_t k,
-                                                   int32_t* dots) {
+                                                  int32_t* dots) {
   const __m128i m4 = _mm_set1_epi8(0x0f);
   const __m256i eight = _mm256_set1_epi8(8);
   for (int64_t b = 0; b < k / 32; ++b, w += 18, xq += 32) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-    const __m256i n = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    const __m256i n =
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
     const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
     dots[b] = Hsum256(SignedDot32(_mm256_sub_epi8(n, eight), xv));
   }
 }
 
 __attribute__((target("avx2"))) void DotsQ4_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
-                                                   int32_t* dots) {
+                                                  int32_t* dots) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < k / 256; ++b, w += 144) {
@@ -72,7 +73,7 @@ __attribute__((target("avx2"))) void DotsQ4_KAvx2(const uint8_t* w, const int8_t
 }
 
 __attribute__((target("avx2"))) void DotsQ6_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
-                                                   int32_t* dots) {
+                                                  int32_t* dots) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i m2 = _mm256_set1_epi8(0x03);
   const __m256i bias = _mm256_set1_epi8(32);
@@ -84,8 +85,8 @@ __attribute__((target("avx2"))) void DotsQ6_KAvx2(const uint8_t* w, const int8_t
       const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
       q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
       q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
