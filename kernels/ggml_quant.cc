@@ -69,7 +69,8 @@ void QuantizeQ8_0(const float* x, uint8_t* y) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   Store16(y, FloatToHalf(d));
-  for (int j = 0; j < 32; ++j) y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  for (int j = 0; j < 32; ++j)
+    y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
 }
 
 // Q4_0 (nmax 8, bits 4) and Q5_0 (16, 5): symmetric around the largest-magnitude element.
@@ -227,7 +228,8 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
       suml2 += w * static_cast<float>(l) * static_cast<float>(l);
     }
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax + clamp(NearestInt(iscale * x[i])));
+      for (int i = 0; i < n; ++i)
+        L[i] = static_cast<int8_t>(nmax + clamp(NearestInt(iscale * x[i])));
       scale = sumlx / suml2;
       best = scale * sumlx;
     }
@@ -245,11 +247,10 @@ void QuantizeK4K5(const float* x, int nmax, uint8_t* y) {
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = nmax == 15
-                    ? MakeQkx2Quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.0f,
-                                     0.1f, 20)
-                    : MakeQkx2Quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -0.5f,
-                                     0.1f, 15);
+    scales[j] = nmax == 15 ? MakeQkx2Quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                            -1.0f, 0.1f, 20)
+                           : MakeQkx2Quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                            -0.5f, 0.1f, 15);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
@@ -350,7 +351,8 @@ void QuantizeQ6K(const float* x, uint8_t* y) {
       const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
       ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
       ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-      qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      qh[l] =
+          static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
     }
   }
 }
@@ -625,7 +627,8 @@ Q8Row QuantizeActivations(QuantType t, const float* x, int64_t k, void* storage)
       continue;
     }
     const float iscale = -127.0f / max;
-    for (int j = 0; j < 256; ++j) q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * xb[j])));
+    for (int j = 0; j < 256; ++j)
+      q[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * xb[j])));
     for (int j = 0; j < 16; ++j) {
       int sum = 0;
       for (int ii = 0; ii < 16; ++ii) sum += q[16 * j + ii];
@@ -691,8 +694,8 @@ float CombineDots(QuantType t, const uint8_t* w, const Q8Row& x, const int32_t* 
           isum += sc * dots[8 * b + s];
           msum += m * (x.sums[16 * b + 2 * s] + x.sums[16 * b + 2 * s + 1]);
         }
-        const float v = LoadHalf(w) * static_cast<float>(isum) -
-                        LoadHalf(w + 2) * static_cast<float>(msum);
+        const float v =
+            LoadHalf(w) * static_cast<float>(isum) - LoadHalf(w + 2) * static_cast<float>(msum);
         acc += x.d[b] * v;
       }
       return acc;

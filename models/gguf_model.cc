@@ -1,5 +1,6 @@
 #include "models/gguf_model.h"
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,8 +31,119 @@ std::optional<TensorDtype> DtypeOfGgml(uint32_t type) {
   return std::nullopt;
 }
 
-uint32_t GgmlOfDtype(TensorDtype d) {
-  return d == TensorDtype::kF32 ? kGgmlF32 : d == TensorDtype::kF16 ? kGgmlF16 : kGgmlBf16;
+uint32_t Ggml(QuantType t) { return static_cast<uint32_t>(t); }
+
+// llama-quantize's use_more_bits: the first and last eighth of the layers, and every third one
+// between.
+bool UseMoreBits(int32_t i, int32_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// llama-quantize's fallback for a matrix of `cols` columns that type `t` cannot block.
+uint32_t WithFallback(uint32_t t, uint64_t cols) {
+  const std::optional<QuantType> q = QuantTypeOfGgml(t);
+  if (!q || cols % QuantBlockElements(*q) == 0) return t;
+  const uint32_t fallback = *q == QuantType::kQ4_K   ? Ggml(QuantType::kQ5_0)
+                            : *q == QuantType::kQ5_K ? Ggml(QuantType::kQ5_1)
+                            : *q == QuantType::kQ6_K ? Ggml(QuantType::kQ8_0)
+                                                     : kGgmlF16;
+  const std::optional<QuantType> f = QuantTypeOfGgml(fallback);
+  return f && cols % QuantBlockElements(*f) != 0 ? kGgmlF16 : fallback;
+}
+
+// The ggml type of matrix `name` (of layer `layer` of `num_layers`; -1: not a layer's) with
+// `cols` columns, as llama-quantize chooses it for `type` (gguf_model.h).
+uint32_t MatrixType(GgufWeightType type, const std::string& name, bool is_output, int32_t layer,
+                    int32_t num_layers, uint64_t cols) {
+  uint32_t base = 0;
+  switch (type) {
+    case GgufWeightType::kF32:
+      return kGgmlF32;
+    case GgufWeightType::kF16:
+      return kGgmlF16;
+    case GgufWeightType::kBF16:
+      return kGgmlBf16;
+    case GgufWeightType::kQ8_0:
+      base = Ggml(QuantType::kQ8_0);
+      break;
+    case GgufWeightType::kQ4_0:
+      base = Ggml(QuantType::kQ4_0);
+      break;
+    case GgufWeightType::kQ4_K:
+    case GgufWeightType::kQ4_K_M:
+      base = Ggml(QuantType::kQ4_K);
+      break;
+    case GgufWeightType::kQ5_K:
+      base = Ggml(QuantType::kQ5_K);
+      break;
+    case GgufWeightType::kQ6_K:
+      base = Ggml(QuantType::kQ6_K);
+      break;
+  }
+  const bool pure = type == GgufWeightType::kQ4_K || type == GgufWeightType::kQ5_K ||
+                    type == GgufWeightType::kQ6_K;
+  if (!pure && is_output) {
+    if (cols % QuantBlockElements(*QuantTypeOfGgml(base)) != 0) return Ggml(QuantType::kQ8_0);
+    if (base != Ggml(QuantType::kQ8_0)) base = Ggml(QuantType::kQ6_K);
+  } else if (type == GgufWeightType::kQ4_K_M && layer >= 0 &&
+             (name.find("attn_v.weight") != std::string::npos ||
+              name.find("ffn_down.weight") != std::string::npos) &&
+             UseMoreBits(layer, num_layers)) {
+    base = Ggml(QuantType::kQ6_K);
+  }
+  return WithFallback(base, cols);
+}
+
+uint32_t FileTypeOf(GgufWeightType type) {  // llama_ftype
+  switch (type) {
+    case GgufWeightType::kF32:
+      return 0;
+    case GgufWeightType::kF16:
+      return 1;
+    case GgufWeightType::kBF16:
+      return 32;
+    case GgufWeightType::kQ8_0:
+      return 7;
+    case GgufWeightType::kQ4_0:
+      return 2;
+    case GgufWeightType::kQ4_K:
+      return 14;  // Q4_K_S, the nearest
+    case GgufWeightType::kQ5_K:
+      return 16;  // Q5_K_S
+    case GgufWeightType::kQ6_K:
+      return 18;
+    case GgufWeightType::kQ4_K_M:
+      return 15;
+  }
+  return 0;
+}
+
+uint64_t TensorBytes(uint32_t ggml_type, const std::vector<uint64_t>& dims) {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  if (const std::optional<QuantType> q = QuantTypeOfGgml(ggml_type)) {
+    return QuantRowBytes(*q, static_cast<int64_t>(dims[0])) * (n / dims[0]);
+  }
+  return n * (ggml_type == kGgmlF32 ? 4 : 2);
+}
+
+// Writes the floats at src (rows of dims[0]) as ggml_type to dst.
+void EncodeTensor(uint32_t ggml_type, const float* src, const std::vector<uint64_t>& dims,
+                  uint8_t* dst) {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  if (const std::optional<QuantType> q = QuantTypeOfGgml(ggml_type)) {
+    const int64_t cols = static_cast<int64_t>(dims[0]);
+    const size_t row_bytes = QuantRowBytes(*q, cols);
+    for (uint64_t r = 0; r < n / dims[0]; ++r) {
+      QuantizeRowReference(*q, src + r * cols, cols, dst + r * row_bytes);
+    }
+    return;
+  }
+  const TensorDtype d = ggml_type == kGgmlF32   ? TensorDtype::kF32
+                        : ggml_type == kGgmlF16 ? TensorDtype::kF16
+                                                : TensorDtype::kBF16;
+  ConvertFromF32(d, src, static_cast<int64_t>(n), dst);
 }
 
 std::string Blk(int32_t l, const char* rest) { return "blk." + std::to_string(l) + "." + rest; }
@@ -219,11 +331,13 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
   for (int32_t l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& L = w->layers[l];
     L.attn_norm.resize(dim);
-    sized(L.wqkv, (q + 2 * kv) * dim,
-          all_quantized({Blk(l, "attn_q.weight"), Blk(l, "attn_k.weight"), Blk(l, "attn_v.weight")}));
+    sized(
+        L.wqkv, (q + 2 * kv) * dim,
+        all_quantized({Blk(l, "attn_q.weight"), Blk(l, "attn_k.weight"), Blk(l, "attn_v.weight")}));
     sized(L.wo, dim * q, all_quantized({Blk(l, "attn_output.weight")}));
     L.ffn_norm.resize(dim);
-    sized(L.w13, 2 * hid * dim, all_quantized({Blk(l, "ffn_gate.weight"), Blk(l, "ffn_up.weight")}));
+    sized(L.w13, 2 * hid * dim,
+          all_quantized({Blk(l, "ffn_gate.weight"), Blk(l, "ffn_up.weight")}));
     sized(L.w2, dim * hid, all_quantized({Blk(l, "ffn_down.weight")}));
     expected.push_back({Blk(l, "attn_norm.weight"), {dim}, &L.attn_norm, 0, nullptr});
     expected.push_back({Blk(l, "attn_q.weight"), {dim, q}, &L.wqkv, 0, &L.q_wqkv});
@@ -332,8 +446,36 @@ StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vo
   return v;
 }
 
+std::optional<GgufWeightType> ParseGgufWeightType(std::string_view name) {
+  std::string s(name);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "f32" || s == "float32") return GgufWeightType::kF32;
+  if (s == "f16" || s == "float16") return GgufWeightType::kF16;
+  if (s == "bf16" || s == "bfloat16") return GgufWeightType::kBF16;
+  if (s == "q8_0") return GgufWeightType::kQ8_0;
+  if (s == "q4_0") return GgufWeightType::kQ4_0;
+  if (s == "q4_k") return GgufWeightType::kQ4_K;
+  if (s == "q5_k") return GgufWeightType::kQ5_K;
+  if (s == "q6_k") return GgufWeightType::kQ6_K;
+  if (s == "q4_k_m") return GgufWeightType::kQ4_K_M;
+  return std::nullopt;
+}
+
 Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, TensorDtype dtype,
                       const std::string& path) {
+  return WriteGgufModel(weights, vocab,
+                        dtype == TensorDtype::kF32   ? GgufWeightType::kF32
+                        : dtype == TensorDtype::kF16 ? GgufWeightType::kF16
+                                                     : GgufWeightType::kBF16,
+                        path);
+}
+
+Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, GgufWeightType type,
+                      const std::string& path) {
+  if (weights.is_quantized()) {
+    return InvalidArgument(path + ": the weights were loaded quantized; write from fp32 weights");
+  }
+
   const ModelConfig& c = weights.config;
   if (vocab.pieces.size() != static_cast<size_t>(c.vocab_size)) {
     return InvalidArgument(path + ": the vocabulary has " + std::to_string(vocab.pieces.size()) +
@@ -359,6 +501,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     std::string name;
     std::vector<uint64_t> dims;
     const float* data;
+    int32_t layer = -1;
   };
   std::vector<Out> tensors = {{"token_embd.weight", {dim, nvocab}, weights.token_embedding.data()},
                               {"output_norm.weight", {dim}, weights.final_norm.data()}};
@@ -388,7 +531,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     tensors.push_back({Blk(l, "attn_k.weight"),
                        {dim, kv},
                        interleaved(L.wqkv.data() + q * dim, c.num_kv_heads, dim)});
-    tensors.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim});
+    tensors.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim, l});
     if (!L.bqkv.empty()) {
       tensors.push_back({Blk(l, "attn_q.bias"), {q}, interleaved(L.bqkv.data(), c.num_heads, 1)});
       tensors.push_back(
@@ -399,7 +542,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     tensors.push_back({Blk(l, "ffn_norm.weight"), {dim}, L.ffn_norm.data()});
     tensors.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, L.w13.data()});
     tensors.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, L.w13.data() + hid * dim});
-    tensors.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data()});
+    tensors.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data(), l});
   }
 
   Bytes b;
@@ -424,7 +567,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   str("general.architecture", "llama");
   str("general.name", c.name);
   u32("general.alignment", kAlignment);
-  u32("general.file_type", dtype == TensorDtype::kF32 ? 0 : dtype == TensorDtype::kF16 ? 1 : 32);
+  u32("general.file_type", FileTypeOf(type));
   u32("llama.context_length", c.max_seq_len);
   u32("llama.embedding_length", c.dim);
   u32("llama.block_count", c.num_layers);
@@ -458,30 +601,33 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   b.Key("tokenizer.ggml.add_bos_token", GgufType::kBool);
   b.Raw<uint8_t>(vocab.add_bos ? 1 : 0);
 
-  // As llama.cpp's converter does, 1-D tensors (norm weights, biases) stay F32 whatever `dtype`
+  // As llama.cpp's converter does, 1-D tensors (norm weights, biases) stay F32 whatever `type`
   // is: ggml's element-wise ops take no f16/bf16 second operand, so llama.cpp refuses them.
-  auto dtype_of = [&](const Out& t) { return t.dims.size() == 1 ? TensorDtype::kF32 : dtype; };
+  auto type_of = [&](const Out& t) {
+    if (t.dims.size() == 1) return kGgmlF32;
+    const bool is_output =
+        t.name == "output.weight" || (c.shared_classifier && t.name == "token_embd.weight");
+    return MatrixType(type, t.name, is_output, t.layer, c.num_layers, t.dims[0]);
+  };
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
+  std::vector<uint32_t> types;
   for (const Out& t : tensors) {
     b.Str(t.name);
     b.Raw<uint32_t>(static_cast<uint32_t>(t.dims.size()));
     for (uint64_t d : t.dims) b.Raw(d);
-    b.Raw(GgmlOfDtype(dtype_of(t)));
+    types.push_back(type_of(t));
+    b.Raw(types.back());
     b.Raw(offset);
     offsets.push_back(offset);
-    uint64_t n = 1;
-    for (uint64_t d : t.dims) n *= d;
-    offset += (n * TensorDtypeBytes(dtype_of(t)) + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (TensorBytes(types.back(), t.dims) + kAlignment - 1) / kAlignment * kAlignment;
   }
   b.out.append((kAlignment - b.out.size() % kAlignment) % kAlignment, '\0');
   const size_t data_start = b.out.size();
   b.out.resize(data_start + offset, '\0');
   for (size_t i = 0; i < tensors.size(); ++i) {
-    uint64_t n = 1;
-    for (uint64_t d : tensors[i].dims) n *= d;
-    ConvertFromF32(dtype_of(tensors[i]), tensors[i].data, static_cast<int64_t>(n),
-                   reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
+    EncodeTensor(types[i], tensors[i].data, tensors[i].dims,
+                 reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return InvalidArgument(path + ": cannot open for writing");

@@ -115,21 +115,25 @@ Status ModelRunner::Init() {
     return InvalidArgument(what + " has " + std::to_string(m.size()) + " values, want " +
                            std::to_string(rows) + " x " + std::to_string(cols));
   };
-  TS_RETURN_IF_ERROR(shape_error(w.token_embedding, w.q_token_embedding, c.vocab_size, c.dim, "token embedding"));
+  TS_RETURN_IF_ERROR(
+      shape_error(w.token_embedding, w.q_token_embedding, c.vocab_size, c.dim, "token embedding"));
   if (!c.shared_classifier) {
-    TS_RETURN_IF_ERROR(shape_error(w.classifier, w.q_classifier, c.vocab_size, c.dim, "classifier"));
+    TS_RETURN_IF_ERROR(
+        shape_error(w.classifier, w.q_classifier, c.vocab_size, c.dim, "classifier"));
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& lw = w.layers[l];
     const std::string name = "layer " + std::to_string(l) + ": ";
-    TS_RETURN_IF_ERROR(shape_error(lw.wqkv, lw.q_wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim, name + "wqkv"));
+    TS_RETURN_IF_ERROR(
+        shape_error(lw.wqkv, lw.q_wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim, name + "wqkv"));
     TS_RETURN_IF_ERROR(shape_error(lw.wo, lw.q_wo, c.dim, c.q_dim(), name + "wo"));
     TS_RETURN_IF_ERROR(shape_error(lw.w13, lw.q_w13, 2 * c.hidden_dim, c.dim, name + "w13"));
     TS_RETURN_IF_ERROR(shape_error(lw.w2, lw.q_w2, c.dim, c.hidden_dim, name + "w2"));
   }
   embedding_ = UploadMatrix(w.token_embedding, w.q_token_embedding, c.vocab_size, c.dim);
   final_norm_ = Upload(w.final_norm);
-  lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier, w.q_classifier, c.vocab_size, c.dim);
+  lm_head_ = c.shared_classifier ? embedding_
+                                 : UploadMatrix(w.classifier, w.q_classifier, c.vocab_size, c.dim);
   rope_inv_freq_ = Upload(c.RopeInvFreq());
   if (embedding_.data == nullptr || final_norm_ == nullptr || lm_head_.data == nullptr ||
       rope_inv_freq_ == nullptr) {

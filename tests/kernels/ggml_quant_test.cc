@@ -159,11 +159,10 @@ TEST(GgmlQuantTest, RoundTripErrorIsWithinEachTypesBound) {
   // Measured (this seed): q4_0 0.0843 / 0.0715, q4_1 0.0771 / 0.0404, q5_0 0.0415 / 0.0339,
   // q5_1 0.0368 / 0.0196, q8_0 0.0052 / 0.0030, q4_K 0.0705 / 0.0409, q5_K 0.0355 / 0.0211,
   // q6_K 0.0176 / 0.0118; the bounds are ~10% (rms) and ~25% (max) above.
-  const Bound bounds[] = {
-      {QuantType::kQ4_0, 0.093, 0.090},  {QuantType::kQ4_1, 0.085, 0.051},
-      {QuantType::kQ5_0, 0.046, 0.043},  {QuantType::kQ5_1, 0.041, 0.025},
-      {QuantType::kQ8_0, 0.0058, 0.0038}, {QuantType::kQ4_K, 0.078, 0.052},
-      {QuantType::kQ5_K, 0.039, 0.027},  {QuantType::kQ6_K, 0.0195, 0.015}};
+  const Bound bounds[] = {{QuantType::kQ4_0, 0.093, 0.090},   {QuantType::kQ4_1, 0.085, 0.051},
+                          {QuantType::kQ5_0, 0.046, 0.043},   {QuantType::kQ5_1, 0.041, 0.025},
+                          {QuantType::kQ8_0, 0.0058, 0.0038}, {QuantType::kQ4_K, 0.078, 0.052},
+                          {QuantType::kQ5_K, 0.039, 0.027},   {QuantType::kQ6_K, 0.0195, 0.015}};
   const int64_t k = 4096;
   const std::vector<float> x = Gaussian(k, 7);
   for (const Bound& bd : bounds) {
@@ -262,8 +261,8 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
         const Q8Row xr =
             QuantizeActivations(f.types[p], x.data() + static_cast<size_t>(i) * k, k, base);
         for (int32_t r = 0; r < f.rows[p]; ++r, ++j) {
-          want[static_cast<size_t>(i) * n + j] = DotRowReference(
-              f.types[p], blocks[p].data() + QuantRowBytes(f.types[p], k) * r, xr);
+          want[static_cast<size_t>(i) * n + j] =
+              DotRowReference(f.types[p], blocks[p].data() + QuantRowBytes(f.types[p], k) * r, xr);
         }
       }
     }
@@ -271,7 +270,8 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
       ASSERT_TRUE(SetQuantDotIsaForTesting(isa));
       for (int threads : {1, 3}) {
         std::unique_ptr<Backend> b = CreateCpuBackend(threads);
-        const WeightRef wr = b->UploadQuantMatrix(parts.data(), static_cast<int32_t>(parts.size()), k);
+        const WeightRef wr =
+            b->UploadQuantMatrix(parts.data(), static_cast<int32_t>(parts.size()), k);
         ASSERT_NE(wr.data, nullptr);
         EXPECT_EQ(wr.layout, WeightLayout::kGgmlBlocks);
         for (int32_t m = 1; m <= 33; ++m) {
