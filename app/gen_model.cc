@@ -29,8 +29,11 @@ CLI::App* AddGenModelCommand(CLI::App& app, GenModelFlags& f) {
   cmd->add_flag("--small", f.small,
                 "GGUF: the test-sized shape (2 layers, 1-2 KV heads, vocab 512; same head_dim, GQA "
                 "ratio, bias, tying and RoPE)");
-  cmd->add_option("--dtype", f.dtype, "weight dtype of Hugging Face and GGUF presets")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  cmd->add_option("--dtype", f.dtype,
+                  "weight dtype: bf16, f16, f32 (HF and GGUF), or for GGUF q8_0, q4_0, q4_k, q5_k, "
+                  "q6_k, q4_k_m (as convert --to gguf --dtype)")
+      ->check(
+          CLI::IsMember({"bf16", "f16", "f32", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m"}));
   cmd->add_option("--seed", f.seed, "random seed (same seed, same files)");
   cmd->add_option("--out", f.out, "output file (.bin, stories*) or directory (HF presets)")
       ->required();
@@ -46,9 +49,11 @@ int RunGenModel(const GenModelFlags& f) {
   if (f.format == "gguf") {
     const auto preset = FindGgufPreset(f.preset);
     if (!preset) return fail(InvalidArgument("--format gguf: no GGUF preset '" + f.preset + "'"));
-    s = WriteRandomGgufModel(*preset, f.small, *ParseTorchDtype(f.dtype), f.seed, f.out);
+    s = WriteRandomGgufModel(*preset, f.small, *ParseGgufWeightType(f.dtype), f.seed, f.out);
   } else if (f.small) {
     s = InvalidArgument("--small is for --format gguf");
+  } else if (!ParseTorchDtype(f.dtype)) {
+    s = InvalidArgument("--dtype " + f.dtype + " is for --format gguf (HF: bf16, f16, f32)");
   } else if (const auto hf = FindHfPreset(f.preset)) {
     s = WriteRandomHfModel(*hf, *ParseTorchDtype(f.dtype), f.seed, f.out);
   } else if (const auto preset = FindModelPreset(f.preset)) {

@@ -160,11 +160,11 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& config, uint64_t seed) {
   return w;
 }
 
-Status WriteRandomGgufModel(const GgufPreset& preset, bool small, TensorDtype dtype, uint64_t seed,
-                            const std::string& path) {
+Status WriteRandomGgufModel(const GgufPreset& preset, bool small, GgufWeightType type,
+                            uint64_t seed, const std::string& path) {
   const ModelConfig c = small ? SmallShape(preset.config) : preset.config;
   const LlamaWeights w = RandomLlamaWeights(c, seed);
-  return WriteGgufModel(w, SyntheticGgufLlamaVocab(c.vocab_size), dtype, path);
+  return WriteGgufModel(w, SyntheticGgufLlamaVocab(c.vocab_size), type, path);
 }
 
 }  // namespace tinyserve

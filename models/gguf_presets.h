@@ -47,9 +47,9 @@ GgufLlamaVocab SyntheticGgufLlamaVocab(int32_t vocab_size);
 // weights.
 LlamaWeights RandomLlamaWeights(const ModelConfig& config, uint64_t seed);
 
-// Writes the preset (its small shape when `small`) as a GGUF file in `dtype`. Same arguments,
-// same bytes.
-Status WriteRandomGgufModel(const GgufPreset& preset, bool small, TensorDtype dtype, uint64_t seed,
-                            const std::string& path);
+// Writes the preset (its small shape when `small`) as a GGUF file, matrices as `type` says
+// (WriteGgufModel). Same arguments, same bytes.
+Status WriteRandomGgufModel(const GgufPreset& preset, bool small, GgufWeightType type,
+                            uint64_t seed, const std::string& path);
 
 }  // namespace tinyserve

@@ -76,7 +76,7 @@ TEST(GgufPresetsTest, EveryPresetWritesAndLoadsBackExactly) {
   for (const GgufPreset& p : GgufPresets()) {
     SCOPED_TRACE(p.name);
     const std::string path = dir / (p.name + ".gguf");
-    ASSERT_TRUE(WriteRandomGgufModel(p, /*small=*/true, TensorDtype::kF32, 7, path).ok());
+    ASSERT_TRUE(WriteRandomGgufModel(p, /*small=*/true, GgufWeightType::kF32, 7, path).ok());
     StatusOr<GgufModel> m = LoadGgufModel(path);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     const ModelConfig want = SmallShape(p.config);
@@ -110,9 +110,9 @@ TEST(GgufPresetsTest, EveryPresetWritesAndLoadsBackExactly) {
 TEST(GgufPresetsTest, SameSeedSameBytesOtherSeedOtherBytes) {
   ScratchDir dir("gguf_presets_seed");
   const GgufPreset p = *FindGgufPreset("qwen2.5-0.5b");
-  ASSERT_TRUE(WriteRandomGgufModel(p, true, TensorDtype::kBF16, 1, dir / "a.gguf").ok());
-  ASSERT_TRUE(WriteRandomGgufModel(p, true, TensorDtype::kBF16, 1, dir / "b.gguf").ok());
-  ASSERT_TRUE(WriteRandomGgufModel(p, true, TensorDtype::kBF16, 2, dir / "c.gguf").ok());
+  ASSERT_TRUE(WriteRandomGgufModel(p, true, GgufWeightType::kBF16, 1, dir / "a.gguf").ok());
+  ASSERT_TRUE(WriteRandomGgufModel(p, true, GgufWeightType::kBF16, 1, dir / "b.gguf").ok());
+  ASSERT_TRUE(WriteRandomGgufModel(p, true, GgufWeightType::kBF16, 2, dir / "c.gguf").ok());
   EXPECT_EQ(ReadFile(dir / "a.gguf"), ReadFile(dir / "b.gguf"));
   EXPECT_NE(ReadFile(dir / "a.gguf"), ReadFile(dir / "c.gguf"));
   EXPECT_TRUE(LoadGgufModel(dir / "a.gguf").ok());
