@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "engine/engine_core.h"
 #include "models/llama2c.h"
+#include "models/model_loader.h"
 #include "models/presets.h"
 
 namespace tinyserve {
@@ -35,7 +36,8 @@ StatusOr<std::string> ResolveBenchModel(const BenchThroughputFlags& f) {
 
 CLI::App* AddBenchThroughputCommand(CLI::App& bench, BenchThroughputFlags& f) {
   CLI::App* cmd = bench.add_subcommand("throughput", "Offline throughput on random prompts");
-  cmd->add_option("--model", f.model, "llama2.c checkpoint (.bin)");
+  cmd->add_option("--model", f.model,
+                  "a Hugging Face directory, a GGUF file or a llama2.c checkpoint (.bin)");
   cmd->add_option("--preset", f.preset, "benchmark shape with random weights: stories15M, ...");
   cmd->add_option("--model-dir", f.model_dir, "cache folder for --preset checkpoints");
   cmd->add_option("--num-prompts", f.num_prompts, "number of requests")->check(CLI::PositiveNumber);
@@ -56,7 +58,7 @@ int RunBenchThroughput(const BenchThroughputFlags& f) {
   };
   StatusOr<std::string> path = ResolveBenchModel(f);
   if (!path.ok()) return fail(path.status());
-  auto weights = LoadLlama2cCheckpoint(*path);
+  auto weights = LoadModelWeights(*path);
   if (!weights.ok()) return fail(weights.status());
   const ModelConfig config = (*weights)->config;  // by value: the weights move to the runner
   LogLine("model " + *path + " (" + config.Describe() + ")");

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "models/convert.h"
+#include "models/gguf_model.h"
 #include "models/model_loader.h"
 
 namespace tinyserve {
@@ -17,8 +18,11 @@ CLI::App* AddConvertCommand(CLI::App& app, ConvertFlags& f) {
   cmd->add_option("--tokenizer", f.tokenizer, "tokenizer.bin; default: found beside the model");
   cmd->add_option("--to", f.to, "hf (a directory) or gguf (a file)")
       ->check(CLI::IsMember({"hf", "gguf"}));
-  cmd->add_option("--dtype", f.dtype, "weight dtype written")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--dtype", f.dtype,
+                  "weight dtype written: f32, f16, bf16; for gguf also q8_0, q4_0, q4_k, q5_k, "
+                  "q6_k, q4_k_m (llama.cpp's block formats and rounding)")
+      ->check(
+          CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "q4_k_m"}));
   cmd->add_option("--out", f.out, "output directory (hf) or file (gguf)")->required();
   return cmd;
 }
@@ -35,10 +39,15 @@ int RunConvert(const ConvertFlags& f, const std::string& default_shared_dir) {
     return fail(
         InvalidArgument(model->model_path + ": convert reads llama2.c checkpoints (.bin) only"));
   }
-  const TensorDtype dtype = *ParseTorchDtype(f.dtype);
-  const Status s =
-      f.to == "gguf" ? ConvertLlama2cToGguf(model->model_path, model->tokenizer_path, dtype, f.out)
-                     : ConvertLlama2cToHf(model->model_path, model->tokenizer_path, dtype, f.out);
+  Status s;
+  if (f.to == "gguf") {
+    s = ConvertLlama2cToGguf(model->model_path, model->tokenizer_path,
+                             *ParseGgufWeightType(f.dtype), f.out);
+  } else if (const std::optional<TensorDtype> dtype = ParseTorchDtype(f.dtype)) {
+    s = ConvertLlama2cToHf(model->model_path, model->tokenizer_path, *dtype, f.out);
+  } else {
+    s = InvalidArgument("--dtype " + f.dtype + " is a GGUF block format: use it with --to gguf");
+  }
   if (!s.ok()) return fail(s);
   std::fprintf(stderr, "tinyserve: wrote %s (%s, %s, from %s and %s)\n", f.out.c_str(),
                f.to.c_str(), f.dtype.c_str(), model->model_path.c_str(),

@@ -7,6 +7,7 @@
 //
 //   decode_bench [--presets stories260K,stories15M,stories110M] [--threads 1,2] [--batch 1,32]
 //                [--decode-tokens 32] [--prompt-len 16] [--model-dir DIR]
+//                [--model PATH[,PATH]] (HF directories, GGUF files or llama2.c checkpoints)
 //
 // Benchmark-shape checkpoints (random weights, seed 1) are written to --model-dir once and reused.
 // Batched rows also report the matrix GFLOP/s (2 x matrix parameters per token) against the fp32
@@ -25,6 +26,7 @@
 #endif
 
 #include "models/llama2c.h"
+#include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "models/presets.h"
 #include "models/static_batch_generator.h"
@@ -205,6 +207,10 @@ int Main(int argc, char** argv) {
   app.add_option("--decode-tokens", decode_tokens, "timed decode steps");
   app.add_option("--prompt-len", prompt_len, "prefilled tokens per sequence");
   app.add_option("--model-dir", model_dir, "where benchmark checkpoints are cached");
+  std::string models;
+  app.add_option("--model", models,
+                 "comma-separated model paths (HF directory, GGUF file or llama2.c checkpoint) "
+                 "instead of --presets");
   CLI11_PARSE(app, argc, argv);
   std::filesystem::create_directories(model_dir);
 
@@ -218,21 +224,24 @@ int Main(int argc, char** argv) {
     const double fma_peak = MeasureFmaPeak(nt);
     std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s; fp32 FMA peak: %.1f GFLOP/s\n", nt,
                  bandwidth / 1e9, fma_peak / 1e9);
-    for (const std::string& name : Split(presets)) {
-      const auto preset = FindModelPreset(name);
-      if (!preset) {
-        std::fprintf(stderr, "unknown preset %s\n", name.c_str());
-        return 1;
-      }
-      const std::string path = model_dir + "/" + name + "-seed1.bin";
-      if (!LoadLlama2cCheckpoint(path).ok()) {
-        const Status s = WriteRandomLlama2cCheckpoint(path, preset->header, 1);
-        if (!s.ok()) {
-          std::fprintf(stderr, "%s\n", s.message().c_str());
+    for (const std::string& name : Split(models.empty() ? presets : models)) {
+      std::string path = name;
+      if (models.empty()) {
+        const auto preset = FindModelPreset(name);
+        if (!preset) {
+          std::fprintf(stderr, "unknown preset %s\n", name.c_str());
           return 1;
         }
+        path = model_dir + "/" + name + "-seed1.bin";
+        if (!LoadLlama2cCheckpoint(path).ok()) {
+          const Status s = WriteRandomLlama2cCheckpoint(path, preset->header, 1);
+          if (!s.ok()) {
+            std::fprintf(stderr, "%s\n", s.message().c_str());
+            return 1;
+          }
+        }
       }
-      auto weights = LoadLlama2cCheckpoint(path);
+      auto weights = LoadModelWeights(path);
       if (!weights.ok()) {
         std::fprintf(stderr, "%s\n", weights.status().message().c_str());
         return 1;

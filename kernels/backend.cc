@@ -29,6 +29,21 @@ StatusOr<const float*> HostRows(Backend& b, const float* logits, int32_t vocab, 
 
 }  // namespace
 
+WeightRef Backend::UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols) {
+  int64_t rows = 0;
+  for (int32_t p = 0; p < num_parts; ++p) rows += parts[p].rows;
+  std::vector<float> host(static_cast<size_t>(rows) * static_cast<size_t>(cols));
+  float* out = host.data();
+  for (int32_t p = 0; p < num_parts; ++p) {
+    const auto* blocks = static_cast<const uint8_t*>(parts[p].blocks);
+    const size_t row_bytes = QuantRowBytes(parts[p].type, cols);
+    for (int32_t r = 0; r < parts[p].rows; ++r, out += cols) {
+      DequantizeRow(parts[p].type, blocks + row_bytes * r, cols, out);
+    }
+  }
+  return UploadMatrix(host.data(), static_cast<int32_t>(rows), cols);
+}
+
 Status Backend::SampleRows(const float* logits, int32_t vocab, const SampleRow* rows, int32_t n,
                            TokenLogprobs* out) {
   if (n == 0) return Status::Ok();

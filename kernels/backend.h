@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "base/token_logprobs.h"
+#include "kernels/ggml_quant.h"
 #include "kernels/sampling.h"
 
 namespace tinyserve {
@@ -29,9 +30,18 @@ enum class DType { kFloat32, kBFloat16 };
 
 inline const char* DTypeName(DType t) { return t == DType::kFloat32 ? "float32" : "bfloat16"; }
 
-// How a backend lays out a weight matrix [rows, cols] in its memory: row-major as given, or the
-// CPU backend's panel16 packing for its GEMM (kernels/cpu/packed_gemm.h).
-enum class WeightLayout { kRowMajor, kPanel16 };
+// How a backend lays out a weight matrix [rows, cols] in its memory: row-major as given, the
+// CPU backend's panel16 packing for its GEMM (kernels/cpu/packed_gemm.h), or ggml quantized
+// blocks read in place (the CPU backend: data is a kernels/cpu/quant_gemm.h QuantMatrix).
+enum class WeightLayout { kRowMajor, kPanel16, kGgmlBlocks };
+
+// One part of a quantized weight matrix as a model file stores it: `rows` rows of `cols` weights
+// as ggml blocks of `type` (kernels/ggml_quant.h) at `blocks`, host memory.
+struct QuantPart {
+  QuantType type = QuantType::kQ8_0;
+  const void* blocks = nullptr;
+  int32_t rows = 0;
+};
 
 // A weight matrix in a backend's memory, stored in `dtype` and `layout` (what UploadWeight or
 // UploadMatrix returned). rows and cols are 0 when the upload did not say (UploadWeight).
@@ -92,6 +102,13 @@ class Backend {
     w.cols = cols;
     return w;
   }
+  // Returns the matrix [sum of parts' rows, cols] whose rows are the parts' rows stacked in order,
+  // in whatever form this backend's Linear and EmbeddingLookup read (free it with Deallocate), or
+  // a null ref. The CPU backend keeps the blocks where they are (the caller keeps that memory
+  // alive while the ref lives) and runs integer dot products on them; the default dequantizes
+  // to fp32 and stores that as UploadMatrix does. REQUIRES: 1 <= num_parts <= 4; cols a multiple
+  // of every part's block size.
+  virtual WeightRef UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols);
   // y = x * w^T with w in its stored dtype, fp32 accumulation.  x [m, k] fp32, w [n, k], y [m, n]
   // fp32. The default serves fp32 row-major weights through Gemm. REQUIRES: w.dtype ==
   // weight_dtype(); w.rows == n and w.cols == k when the upload gave them.

@@ -24,4 +24,13 @@ Status ConvertLlama2cToGguf(const std::string& model_path, const std::string& to
   return WriteGgufModel(**w, *vocab, dtype, out_path);
 }
 
+Status ConvertLlama2cToGguf(const std::string& model_path, const std::string& tokenizer_path,
+                            GgufWeightType type, const std::string& out_path) {
+  StatusOr<std::shared_ptr<const LlamaWeights>> w = LoadLlama2cCheckpoint(model_path);
+  if (!w.ok()) return w.status();
+  StatusOr<GgufLlamaVocab> vocab = Llama2cVocabForGguf(tokenizer_path, (*w)->config.vocab_size);
+  if (!vocab.ok()) return vocab.status();
+  return WriteGgufModel(**w, *vocab, type, out_path);
+}
+
 }  // namespace tinyserve

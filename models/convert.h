@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "models/gguf_model.h"
 #include "models/tensor_dtype.h"
 
 namespace tinyserve {
@@ -19,5 +20,8 @@ Status ConvertLlama2cToHf(const std::string& model_path, const std::string& toke
 // Writes `out_path`: a GGUF v3 llama file, tensors in `dtype`, the tokenizer in its metadata.
 Status ConvertLlama2cToGguf(const std::string& model_path, const std::string& tokenizer_path,
                             TensorDtype dtype, const std::string& out_path);
+// The same with the matrices as `type` says (gguf_model.h: f32 ... q8_0, q4_k_m).
+Status ConvertLlama2cToGguf(const std::string& model_path, const std::string& tokenizer_path,
+                            GgufWeightType type, const std::string& out_path);
 
 }  // namespace tinyserve

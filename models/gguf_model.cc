@@ -1,5 +1,6 @@
 #include "models/gguf_model.h"
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +8,8 @@
 #include <map>
 #include <optional>
 #include <set>
+
+#include "kernels/ggml_quant.h"
 
 #include "models/hf_model.h"
 #include "models/safetensors.h"
@@ -28,8 +31,119 @@ std::optional<TensorDtype> DtypeOfGgml(uint32_t type) {
   return std::nullopt;
 }
 
-uint32_t GgmlOfDtype(TensorDtype d) {
-  return d == TensorDtype::kF32 ? kGgmlF32 : d == TensorDtype::kF16 ? kGgmlF16 : kGgmlBf16;
+uint32_t Ggml(QuantType t) { return static_cast<uint32_t>(t); }
+
+// llama-quantize's use_more_bits: the first and last eighth of the layers, and every third one
+// between.
+bool UseMoreBits(int32_t i, int32_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// llama-quantize's fallback for a matrix of `cols` columns that type `t` cannot block.
+uint32_t WithFallback(uint32_t t, uint64_t cols) {
+  const std::optional<QuantType> q = QuantTypeOfGgml(t);
+  if (!q || cols % QuantBlockElements(*q) == 0) return t;
+  const uint32_t fallback = *q == QuantType::kQ4_K   ? Ggml(QuantType::kQ5_0)
+                            : *q == QuantType::kQ5_K ? Ggml(QuantType::kQ5_1)
+                            : *q == QuantType::kQ6_K ? Ggml(QuantType::kQ8_0)
+                                                     : kGgmlF16;
+  const std::optional<QuantType> f = QuantTypeOfGgml(fallback);
+  return f && cols % QuantBlockElements(*f) != 0 ? kGgmlF16 : fallback;
+}
+
+// The ggml type of matrix `name` (of layer `layer` of `num_layers`; -1: not a layer's) with
+// `cols` columns, as llama-quantize chooses it for `type` (gguf_model.h).
+uint32_t MatrixType(GgufWeightType type, const std::string& name, bool is_output, int32_t layer,
+                    int32_t num_layers, uint64_t cols) {
+  uint32_t base = 0;
+  switch (type) {
+    case GgufWeightType::kF32:
+      return kGgmlF32;
+    case GgufWeightType::kF16:
+      return kGgmlF16;
+    case GgufWeightType::kBF16:
+      return kGgmlBf16;
+    case GgufWeightType::kQ8_0:
+      base = Ggml(QuantType::kQ8_0);
+      break;
+    case GgufWeightType::kQ4_0:
+      base = Ggml(QuantType::kQ4_0);
+      break;
+    case GgufWeightType::kQ4_K:
+    case GgufWeightType::kQ4_K_M:
+      base = Ggml(QuantType::kQ4_K);
+      break;
+    case GgufWeightType::kQ5_K:
+      base = Ggml(QuantType::kQ5_K);
+      break;
+    case GgufWeightType::kQ6_K:
+      base = Ggml(QuantType::kQ6_K);
+      break;
+  }
+  const bool pure = type == GgufWeightType::kQ4_K || type == GgufWeightType::kQ5_K ||
+                    type == GgufWeightType::kQ6_K;
+  if (!pure && is_output) {
+    if (cols % QuantBlockElements(*QuantTypeOfGgml(base)) != 0) return Ggml(QuantType::kQ8_0);
+    if (base != Ggml(QuantType::kQ8_0)) base = Ggml(QuantType::kQ6_K);
+  } else if (type == GgufWeightType::kQ4_K_M && layer >= 0 &&
+             (name.find("attn_v.weight") != std::string::npos ||
+              name.find("ffn_down.weight") != std::string::npos) &&
+             UseMoreBits(layer, num_layers)) {
+    base = Ggml(QuantType::kQ6_K);
+  }
+  return WithFallback(base, cols);
+}
+
+uint32_t FileTypeOf(GgufWeightType type) {  // llama_ftype
+  switch (type) {
+    case GgufWeightType::kF32:
+      return 0;
+    case GgufWeightType::kF16:
+      return 1;
+    case GgufWeightType::kBF16:
+      return 32;
+    case GgufWeightType::kQ8_0:
+      return 7;
+    case GgufWeightType::kQ4_0:
+      return 2;
+    case GgufWeightType::kQ4_K:
+      return 14;  // Q4_K_S, the nearest
+    case GgufWeightType::kQ5_K:
+      return 16;  // Q5_K_S
+    case GgufWeightType::kQ6_K:
+      return 18;
+    case GgufWeightType::kQ4_K_M:
+      return 15;
+  }
+  return 0;
+}
+
+uint64_t TensorBytes(uint32_t ggml_type, const std::vector<uint64_t>& dims) {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  if (const std::optional<QuantType> q = QuantTypeOfGgml(ggml_type)) {
+    return QuantRowBytes(*q, static_cast<int64_t>(dims[0])) * (n / dims[0]);
+  }
+  return n * (ggml_type == kGgmlF32 ? 4 : 2);
+}
+
+// Writes the floats at src (rows of dims[0]) as ggml_type to dst.
+void EncodeTensor(uint32_t ggml_type, const float* src, const std::vector<uint64_t>& dims,
+                  uint8_t* dst) {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  if (const std::optional<QuantType> q = QuantTypeOfGgml(ggml_type)) {
+    const int64_t cols = static_cast<int64_t>(dims[0]);
+    const size_t row_bytes = QuantRowBytes(*q, cols);
+    for (uint64_t r = 0; r < n / dims[0]; ++r) {
+      QuantizeRowReference(*q, src + r * cols, cols, dst + r * row_bytes);
+    }
+    return;
+  }
+  const TensorDtype d = ggml_type == kGgmlF32   ? TensorDtype::kF32
+                        : ggml_type == kGgmlF16 ? TensorDtype::kF16
+                                                : TensorDtype::kBF16;
+  ConvertFromF32(d, src, static_cast<int64_t>(n), dst);
 }
 
 std::string Blk(int32_t l, const char* rest) { return "blk." + std::to_string(l) + "." + rest; }
@@ -67,7 +181,9 @@ Status ReadFloat(const GgufFile& g, const std::string& key, double fallback, flo
 struct Expected {
   std::string name;
   std::vector<uint64_t> dims;  // ggml order
-  float* dst;
+  std::vector<float>* vec;     // the fp32 tensor it goes to (at `offset`), or its matrix
+  uint64_t offset;
+  QuantizedMatrix* quantized;  // a matrix's quantized form; null for 1-D tensors (always float)
 };
 
 // Little-endian GGUF bytes.
@@ -182,43 +298,62 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
 
   const uint64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hid = c.hidden_dim;
   const uint64_t vocab = c.vocab_size;
-  w->token_embedding.resize(vocab * dim);
+  // A matrix whose parts are all quantized (q|k|v, gate|up) keeps its blocks; its fp32 vector is
+  // never allocated. A matrix that mixes float and quantized parts is dequantized to fp32 whole.
+  auto all_quantized = [&](std::initializer_list<std::string> names) {
+    for (const std::string& n : names) {
+      const GgufTensorInfo* t = g.FindTensor(n);
+      if (t == nullptr || !QuantTypeOfGgml(t->ggml_type)) return false;
+    }
+    return true;
+  };
+  auto sized = [](std::vector<float>& v, uint64_t n, bool quantized) {
+    if (!quantized) v.resize(n);
+  };
+  sized(w->token_embedding, vocab * dim, all_quantized({"token_embd.weight"}));
   w->final_norm.resize(dim);
   w->layers.resize(c.num_layers);
-  std::vector<Expected> expected = {{"token_embd.weight", {dim, vocab}, w->token_embedding.data()},
-                                    {"output_norm.weight", {dim}, w->final_norm.data()}};
+  std::vector<Expected> expected = {
+      {"token_embd.weight", {dim, vocab}, &w->token_embedding, 0, &w->q_token_embedding},
+      {"output_norm.weight", {dim}, &w->final_norm, 0, nullptr}};
   if (!c.shared_classifier) {
-    w->classifier.resize(vocab * dim);
-    expected.push_back({"output.weight", {dim, vocab}, w->classifier.data()});
+    sized(w->classifier, vocab * dim, all_quantized({"output.weight"}));
+    expected.push_back({"output.weight", {dim, vocab}, &w->classifier, 0, &w->q_classifier});
   }
   if (g.FindTensor("rope_freqs.weight") != nullptr) {
     c.rope_freq_factors.resize(c.head_dim / 2);
-    expected.push_back(
-        {"rope_freqs.weight", {static_cast<uint64_t>(c.head_dim / 2)}, c.rope_freq_factors.data()});
+    expected.push_back({"rope_freqs.weight",
+                        {static_cast<uint64_t>(c.head_dim / 2)},
+                        &c.rope_freq_factors,
+                        0,
+                        nullptr});
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& L = w->layers[l];
     L.attn_norm.resize(dim);
-    L.wqkv.resize((q + 2 * kv) * dim);
-    L.wo.resize(dim * q);
+    sized(
+        L.wqkv, (q + 2 * kv) * dim,
+        all_quantized({Blk(l, "attn_q.weight"), Blk(l, "attn_k.weight"), Blk(l, "attn_v.weight")}));
+    sized(L.wo, dim * q, all_quantized({Blk(l, "attn_output.weight")}));
     L.ffn_norm.resize(dim);
-    L.w13.resize(2 * hid * dim);
-    L.w2.resize(dim * hid);
-    expected.push_back({Blk(l, "attn_norm.weight"), {dim}, L.attn_norm.data()});
-    expected.push_back({Blk(l, "attn_q.weight"), {dim, q}, L.wqkv.data()});
-    expected.push_back({Blk(l, "attn_k.weight"), {dim, kv}, L.wqkv.data() + q * dim});
-    expected.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim});
+    sized(L.w13, 2 * hid * dim,
+          all_quantized({Blk(l, "ffn_gate.weight"), Blk(l, "ffn_up.weight")}));
+    sized(L.w2, dim * hid, all_quantized({Blk(l, "ffn_down.weight")}));
+    expected.push_back({Blk(l, "attn_norm.weight"), {dim}, &L.attn_norm, 0, nullptr});
+    expected.push_back({Blk(l, "attn_q.weight"), {dim, q}, &L.wqkv, 0, &L.q_wqkv});
+    expected.push_back({Blk(l, "attn_k.weight"), {dim, kv}, &L.wqkv, q * dim, &L.q_wqkv});
+    expected.push_back({Blk(l, "attn_v.weight"), {dim, kv}, &L.wqkv, (q + kv) * dim, &L.q_wqkv});
     if (c.attention_bias) {
       L.bqkv.resize(q + 2 * kv);
-      expected.push_back({Blk(l, "attn_q.bias"), {q}, L.bqkv.data()});
-      expected.push_back({Blk(l, "attn_k.bias"), {kv}, L.bqkv.data() + q});
-      expected.push_back({Blk(l, "attn_v.bias"), {kv}, L.bqkv.data() + q + kv});
+      expected.push_back({Blk(l, "attn_q.bias"), {q}, &L.bqkv, 0, nullptr});
+      expected.push_back({Blk(l, "attn_k.bias"), {kv}, &L.bqkv, q, nullptr});
+      expected.push_back({Blk(l, "attn_v.bias"), {kv}, &L.bqkv, q + kv, nullptr});
     }
-    expected.push_back({Blk(l, "attn_output.weight"), {q, dim}, L.wo.data()});
-    expected.push_back({Blk(l, "ffn_norm.weight"), {dim}, L.ffn_norm.data()});
-    expected.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, L.w13.data()});
-    expected.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, L.w13.data() + hid * dim});
-    expected.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data()});
+    expected.push_back({Blk(l, "attn_output.weight"), {q, dim}, &L.wo, 0, &L.q_wo});
+    expected.push_back({Blk(l, "ffn_norm.weight"), {dim}, &L.ffn_norm, 0, nullptr});
+    expected.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, &L.w13, 0, &L.q_w13});
+    expected.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, &L.w13, hid * dim, &L.q_w13});
+    expected.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, &L.w2, 0, &L.q_w2});
   }
   std::vector<std::string> problems;
   std::set<std::string> wanted;
@@ -235,8 +370,18 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
       problems.push_back(e.name + " has dims " + dims_string(t->dims) + ", the metadata implies " +
                          dims_string(e.dims));
     } else if (!DtypeOfGgml(t->ggml_type)) {
-      problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
-                         " (only f32, f16 and bf16 are supported)");
+      const std::optional<QuantType> qt = QuantTypeOfGgml(t->ggml_type);
+      if (!qt) {
+        problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
+                           " (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, "
+                           "q6_K)");
+      } else if (e.quantized == nullptr) {
+        problems.push_back(e.name + " has type " + GgmlTypeName(t->ggml_type) +
+                           " (a 1-D tensor must be f32, f16 or bf16)");
+      } else if (t->dims[0] % QuantBlockElements(*qt) != 0) {
+        problems.push_back(e.name + " has " + std::to_string(t->dims[0]) + " columns, not a " +
+                           "multiple of the " + GgmlTypeName(t->ggml_type) + " block");
+      }
     }
   }
   for (const GgufTensorInfo& t : g.tensors()) {
@@ -252,14 +397,31 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
   }
   for (const Expected& e : expected) {
     const GgufTensorInfo* t = g.FindTensor(e.name);
-    ConvertToF32(*DtypeOfGgml(t->ggml_type), g.tensor_data(*t),
-                 static_cast<int64_t>(t->num_elements), e.dst);
+    const uint8_t* data = g.tensor_data(*t);
+    const std::optional<QuantType> qt = QuantTypeOfGgml(t->ggml_type);
+    if (qt && e.vec->empty()) {  // a matrix all of whose parts are quantized
+      e.quantized->parts.push_back({*qt, data, static_cast<int32_t>(t->dims[1])});
+      continue;
+    }
+    float* dst = e.vec->data() + e.offset;
+    if (!qt) {
+      ConvertToF32(*DtypeOfGgml(t->ggml_type), data, static_cast<int64_t>(t->num_elements), dst);
+      continue;
+    }
+    const int64_t cols = static_cast<int64_t>(t->dims[0]);
+    for (uint64_t r = 0; r < t->dims[1]; ++r) {
+      DequantizeRow(*qt, data + QuantRowBytes(*qt, cols) * r, cols, dst + r * cols);
+    }
   }
   GgufModel out;
   if (g.Has("tokenizer.chat_template")) {
     StatusOr<std::string> tmpl = g.GetString("tokenizer.chat_template");
     if (!tmpl.ok()) return tmpl.status();
     out.chat_template = *tmpl;
+  }
+  if (w->is_quantized()) {
+    // The blocks are read where they lie: the mapping moves with the file, its address stays.
+    w->storage = std::make_shared<GgufFile>(std::move(*opened));
   }
   out.weights = std::move(w);
   out.tokenizer = std::move(tokenizer).value();
@@ -284,8 +446,36 @@ StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vo
   return v;
 }
 
+std::optional<GgufWeightType> ParseGgufWeightType(std::string_view name) {
+  std::string s(name);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "f32" || s == "float32") return GgufWeightType::kF32;
+  if (s == "f16" || s == "float16") return GgufWeightType::kF16;
+  if (s == "bf16" || s == "bfloat16") return GgufWeightType::kBF16;
+  if (s == "q8_0") return GgufWeightType::kQ8_0;
+  if (s == "q4_0") return GgufWeightType::kQ4_0;
+  if (s == "q4_k") return GgufWeightType::kQ4_K;
+  if (s == "q5_k") return GgufWeightType::kQ5_K;
+  if (s == "q6_k") return GgufWeightType::kQ6_K;
+  if (s == "q4_k_m") return GgufWeightType::kQ4_K_M;
+  return std::nullopt;
+}
+
 Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, TensorDtype dtype,
                       const std::string& path) {
+  return WriteGgufModel(weights, vocab,
+                        dtype == TensorDtype::kF32   ? GgufWeightType::kF32
+                        : dtype == TensorDtype::kF16 ? GgufWeightType::kF16
+                                                     : GgufWeightType::kBF16,
+                        path);
+}
+
+Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, GgufWeightType type,
+                      const std::string& path) {
+  if (weights.is_quantized()) {
+    return InvalidArgument(path + ": the weights were loaded quantized; write from fp32 weights");
+  }
+
   const ModelConfig& c = weights.config;
   if (vocab.pieces.size() != static_cast<size_t>(c.vocab_size)) {
     return InvalidArgument(path + ": the vocabulary has " + std::to_string(vocab.pieces.size()) +
@@ -311,11 +501,28 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     std::string name;
     std::vector<uint64_t> dims;
     const float* data;
+    int32_t layer = -1;
   };
   std::vector<Out> tensors = {{"token_embd.weight", {dim, nvocab}, weights.token_embedding.data()},
                               {"output_norm.weight", {dim}, weights.final_norm.data()}};
   if (!c.shared_classifier)
     tensors.push_back({"output.weight", {dim, nvocab}, weights.classifier.data()});
+  // Llama-3 RoPE scaling travels as llama.cpp's converter writes it: per-pair divisors of the
+  // unscaled frequencies (rope_freqs.weight), no scaling keys.
+  std::vector<float> freq_factors = c.rope_freq_factors;
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    ModelConfig plain = c;
+    plain.rope_scaling = RopeScaling{};
+    plain.rope_freq_factors.clear();
+    const std::vector<float> base = plain.RopeInvFreq();
+    const std::vector<float> scaled = c.RopeInvFreq();  // includes any rope_freq_factors
+    freq_factors.resize(base.size());
+    for (size_t i = 0; i < base.size(); ++i) freq_factors[i] = base[i] / scaled[i];
+  }
+  if (!freq_factors.empty()) {
+    tensors.push_back(
+        {"rope_freqs.weight", {static_cast<uint64_t>(c.head_dim / 2)}, freq_factors.data()});
+  }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& L = weights.layers[l];
     tensors.push_back({Blk(l, "attn_norm.weight"), {dim}, L.attn_norm.data()});
@@ -324,7 +531,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     tensors.push_back({Blk(l, "attn_k.weight"),
                        {dim, kv},
                        interleaved(L.wqkv.data() + q * dim, c.num_kv_heads, dim)});
-    tensors.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim});
+    tensors.push_back({Blk(l, "attn_v.weight"), {dim, kv}, L.wqkv.data() + (q + kv) * dim, l});
     if (!L.bqkv.empty()) {
       tensors.push_back({Blk(l, "attn_q.bias"), {q}, interleaved(L.bqkv.data(), c.num_heads, 1)});
       tensors.push_back(
@@ -335,7 +542,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     tensors.push_back({Blk(l, "ffn_norm.weight"), {dim}, L.ffn_norm.data()});
     tensors.push_back({Blk(l, "ffn_gate.weight"), {dim, hid}, L.w13.data()});
     tensors.push_back({Blk(l, "ffn_up.weight"), {dim, hid}, L.w13.data() + hid * dim});
-    tensors.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data()});
+    tensors.push_back({Blk(l, "ffn_down.weight"), {hid, dim}, L.w2.data(), l});
   }
 
   Bytes b;
@@ -352,9 +559,6 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
     b.Str(v);
   };
   const bool linear = c.rope_scaling.type == RopeScaling::Type::kLinear;
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
-    return InvalidArgument(path + ": llama3 rope scaling cannot be written to GGUF here");
-  }
   const uint64_t num_kv = 14 + (linear ? 2 : 0) + 8;
   b.out = "GGUF";
   b.Raw<uint32_t>(3);
@@ -363,7 +567,7 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   str("general.architecture", "llama");
   str("general.name", c.name);
   u32("general.alignment", kAlignment);
-  u32("general.file_type", dtype == TensorDtype::kF32 ? 0 : dtype == TensorDtype::kF16 ? 1 : 32);
+  u32("general.file_type", FileTypeOf(type));
   u32("llama.context_length", c.max_seq_len);
   u32("llama.embedding_length", c.dim);
   u32("llama.block_count", c.num_layers);
@@ -397,27 +601,33 @@ Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, 
   b.Key("tokenizer.ggml.add_bos_token", GgufType::kBool);
   b.Raw<uint8_t>(vocab.add_bos ? 1 : 0);
 
+  // As llama.cpp's converter does, 1-D tensors (norm weights, biases) stay F32 whatever `type`
+  // is: ggml's element-wise ops take no f16/bf16 second operand, so llama.cpp refuses them.
+  auto type_of = [&](const Out& t) {
+    if (t.dims.size() == 1) return kGgmlF32;
+    const bool is_output =
+        t.name == "output.weight" || (c.shared_classifier && t.name == "token_embd.weight");
+    return MatrixType(type, t.name, is_output, t.layer, c.num_layers, t.dims[0]);
+  };
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
+  std::vector<uint32_t> types;
   for (const Out& t : tensors) {
     b.Str(t.name);
     b.Raw<uint32_t>(static_cast<uint32_t>(t.dims.size()));
     for (uint64_t d : t.dims) b.Raw(d);
-    b.Raw(GgmlOfDtype(dtype));
+    types.push_back(type_of(t));
+    b.Raw(types.back());
     b.Raw(offset);
     offsets.push_back(offset);
-    uint64_t n = 1;
-    for (uint64_t d : t.dims) n *= d;
-    offset += (n * TensorDtypeBytes(dtype) + kAlignment - 1) / kAlignment * kAlignment;
+    offset += (TensorBytes(types.back(), t.dims) + kAlignment - 1) / kAlignment * kAlignment;
   }
   b.out.append((kAlignment - b.out.size() % kAlignment) % kAlignment, '\0');
   const size_t data_start = b.out.size();
   b.out.resize(data_start + offset, '\0');
   for (size_t i = 0; i < tensors.size(); ++i) {
-    uint64_t n = 1;
-    for (uint64_t d : tensors[i].dims) n *= d;
-    ConvertFromF32(dtype, tensors[i].data, static_cast<int64_t>(n),
-                   reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
+    EncodeTensor(types[i], tensors[i].data, tensors[i].dims,
+                 reinterpret_cast<uint8_t*>(b.out.data()) + data_start + offsets[i]);
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return InvalidArgument(path + ": cannot open for writing");

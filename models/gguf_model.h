@@ -17,7 +17,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -52,8 +54,27 @@ struct GgufLlamaVocab {
 // (unknown), <s> 1 and </s> 2 (control), <0xHH> bytes 3..258 (byte), the rest normal.
 StatusOr<GgufLlamaVocab> Llama2cVocabForGguf(const std::string& path, int32_t vocab_size);
 
-// Writes `weights` and `vocab` as a GGUF v3 file of the llama architecture, tensors in `dtype`.
-// Half-split q/k rows (HF) are permuted back to the interleaved order llama.cpp uses.
+// What `convert --to gguf --dtype` writes the matrices as. f32, f16, bf16: every matrix in that
+// type. q8_0, q4_0: llama-quantize's Q8_0 / Q4_0 (the output matrix, or a tied embedding, in Q6_K
+// for q4_0). q4_k, q5_k, q6_k: every matrix in that type (llama-quantize --pure). q4_k_m:
+// llama-quantize's Q4_K_M mix: Q4_K, with Q6_K for the output matrix (or tied embedding), and for
+// attn_v and ffn_down in the layers use_more_bits picks (the first and last eighth, and every
+// third between). The quantized types use ggml's reference rounding (quantize_row_*_ref, what
+// llama-quantize does without an importance matrix); a matrix whose rows are not a whole number
+// of blocks falls back as llama-quantize's (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, then f16).
+enum class GgufWeightType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kQ4_K_M };
+// The type `name` spells ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k",
+// "q4_k_m"; case-insensitive), or nullopt.
+std::optional<GgufWeightType> ParseGgufWeightType(std::string_view name);
+
+// Writes `weights` and `vocab` as a GGUF v3 file of the llama architecture, matrices as `type`
+// says and 1-D tensors (norm weights, biases, rope_freqs) in F32, as llama.cpp expects.
+// Half-split q/k rows (HF) are permuted back to the interleaved order llama.cpp uses. Llama-3 RoPE
+// scaling is written as llama.cpp's converter does: a rope_freqs.weight tensor of divisors.
+// REQUIRES: fp32 weights (not loaded quantized).
+Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, GgufWeightType type,
+                      const std::string& path);
+// The same with every matrix in `dtype`.
 Status WriteGgufModel(const LlamaWeights& weights, const GgufLlamaVocab& vocab, TensorDtype dtype,
                       const std::string& path);
 

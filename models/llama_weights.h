@@ -8,11 +8,26 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "models/model_config.h"
 
 namespace tinyserve {
+
+// A matrix kept as a model file's quantized blocks (GGUF Q8_0, Q4_K, ...): its rows are the
+// parts' rows stacked (q|k|v, gate|up), each part in its own type. Empty: the matrix is in the
+// fp32 vector beside it. The blocks live in LlamaWeights::storage.
+struct QuantizedMatrix {
+  std::vector<QuantPart> parts;
+  bool empty() const { return parts.empty(); }
+  int64_t rows() const {
+    int64_t r = 0;
+    for (const QuantPart& p : parts) r += p.rows;
+    return r;
+  }
+};
 
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;  // [dim]
@@ -22,6 +37,8 @@ struct LlamaLayerWeights {
   std::vector<float> ffn_norm;   // [dim]
   std::vector<float> w13;        // [2 * hidden_dim, dim]: rows of w1 (gate), then w3 (up)
   std::vector<float> w2;         // [dim, hidden_dim] (down)
+  // When the file's weights are quantized, these hold them and the fp32 vectors above are empty.
+  QuantizedMatrix q_wqkv, q_wo, q_w13, q_w2;
 };
 
 struct LlamaWeights {
@@ -30,6 +47,18 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
   std::vector<float> final_norm;  // [dim]
   std::vector<float> classifier;  // [vocab, dim]; empty when config.shared_classifier
+  // Quantized forms of token_embedding and classifier (their fp32 vectors are then empty).
+  QuantizedMatrix q_token_embedding, q_classifier;
+  // Keeps the memory the quantized matrices point into (the mapped GGUF file) alive.
+  std::shared_ptr<const void> storage;
+
+  bool is_quantized() const {
+    if (!q_token_embedding.empty() || !q_classifier.empty()) return true;
+    for (const LlamaLayerWeights& l : layers) {
+      if (!l.q_wqkv.empty() || !l.q_wo.empty() || !l.q_w13.empty() || !l.q_w2.empty()) return true;
+    }
+    return false;
+  }
 
   const float* lm_head() const {
     return config.shared_classifier ? token_embedding.data() : classifier.data();

@@ -92,6 +92,24 @@ StatusOr<LoadedModel> LoadGguf(const std::string& path) {
 
 }  // namespace
 
+StatusOr<std::shared_ptr<const LlamaWeights>> LoadModelWeights(const std::string& path) {
+  std::error_code dir_ec;
+  if (fs::is_directory(path, dir_ec)) {
+    if (!IsHfModelDir(path)) {
+      return NotFound(path + ": not a Hugging Face model directory (no config.json)");
+    }
+    StatusOr<std::shared_ptr<LlamaWeights>> w = LoadHfModel(path);
+    if (!w.ok()) return w.status();
+    return std::shared_ptr<const LlamaWeights>(std::move(w).value());
+  }
+  if (IsGgufFile(path)) {
+    StatusOr<GgufModel> m = LoadGgufModel(path);
+    if (!m.ok()) return m.status();
+    return m->weights;
+  }
+  return LoadLlama2cCheckpoint(path);
+}
+
 StatusOr<LoadedModel> ResolveAndLoadModel(const ModelSource& source,
                                           const std::string& default_shared_dir) {
   StatusOr<std::string> path = FindModelPath(source, default_shared_dir);

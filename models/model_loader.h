@@ -47,4 +47,8 @@ struct LoadedModel {
 StatusOr<LoadedModel> ResolveAndLoadModel(const ModelSource& source,
                                           const std::string& default_shared_dir);
 
+// The weights alone of a Hugging Face directory, a GGUF file or a llama2.c checkpoint (chosen as
+// ResolveAndLoadModel chooses), for tools that need no tokenizer (benchmarks).
+StatusOr<std::shared_ptr<const LlamaWeights>> LoadModelWeights(const std::string& path);
+
 }  // namespace tinyserve

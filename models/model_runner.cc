@@ -90,31 +90,50 @@ WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host, int32_t rows
   return w;
 }
 
+WeightRef ModelRunner::UploadMatrix(const std::vector<float>& host,
+                                    const QuantizedMatrix& quantized, int32_t rows, int32_t cols) {
+  if (quantized.empty()) return UploadMatrix(host, rows, cols);
+  const WeightRef w = backend_->UploadQuantMatrix(
+      quantized.parts.data(), static_cast<int32_t>(quantized.parts.size()), cols);
+  if (w.data != nullptr) matrix_buffers_.push_back(const_cast<void*>(w.data));
+  return w;
+}
+
 Status ModelRunner::Init() {
   const LlamaWeights& w = *weights_;  // released half-way, once the backend holds its copy
   const ModelConfig& c = config_;     // so: the runner's own copy of the config, never w.config
   // The loaders check every tensor's shape; this holds the runner to the config it was given.
-  auto shape_error = [](const std::vector<float>& m, int32_t rows, int32_t cols,
-                        const std::string& what) -> Status {
+  auto shape_error = [](const std::vector<float>& m, const QuantizedMatrix& q, int32_t rows,
+                        int32_t cols, const std::string& what) -> Status {
+    if (!q.empty()) {
+      if (q.rows() == rows && q.parts.size() <= 4) return Status::Ok();
+      return InvalidArgument(what + " has " + std::to_string(q.rows()) + " quantized rows in " +
+                             std::to_string(q.parts.size()) + " parts, want " +
+                             std::to_string(rows) + " rows in at most 4");
+    }
     if (m.size() == static_cast<size_t>(rows) * static_cast<size_t>(cols)) return Status::Ok();
     return InvalidArgument(what + " has " + std::to_string(m.size()) + " values, want " +
                            std::to_string(rows) + " x " + std::to_string(cols));
   };
-  TS_RETURN_IF_ERROR(shape_error(w.token_embedding, c.vocab_size, c.dim, "token embedding"));
+  TS_RETURN_IF_ERROR(
+      shape_error(w.token_embedding, w.q_token_embedding, c.vocab_size, c.dim, "token embedding"));
   if (!c.shared_classifier) {
-    TS_RETURN_IF_ERROR(shape_error(w.classifier, c.vocab_size, c.dim, "classifier"));
+    TS_RETURN_IF_ERROR(
+        shape_error(w.classifier, w.q_classifier, c.vocab_size, c.dim, "classifier"));
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerWeights& lw = w.layers[l];
     const std::string name = "layer " + std::to_string(l) + ": ";
-    TS_RETURN_IF_ERROR(shape_error(lw.wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim, name + "wqkv"));
-    TS_RETURN_IF_ERROR(shape_error(lw.wo, c.dim, c.q_dim(), name + "wo"));
-    TS_RETURN_IF_ERROR(shape_error(lw.w13, 2 * c.hidden_dim, c.dim, name + "w13"));
-    TS_RETURN_IF_ERROR(shape_error(lw.w2, c.dim, c.hidden_dim, name + "w2"));
+    TS_RETURN_IF_ERROR(
+        shape_error(lw.wqkv, lw.q_wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim, name + "wqkv"));
+    TS_RETURN_IF_ERROR(shape_error(lw.wo, lw.q_wo, c.dim, c.q_dim(), name + "wo"));
+    TS_RETURN_IF_ERROR(shape_error(lw.w13, lw.q_w13, 2 * c.hidden_dim, c.dim, name + "w13"));
+    TS_RETURN_IF_ERROR(shape_error(lw.w2, lw.q_w2, c.dim, c.hidden_dim, name + "w2"));
   }
-  embedding_ = UploadMatrix(w.token_embedding, c.vocab_size, c.dim);
+  embedding_ = UploadMatrix(w.token_embedding, w.q_token_embedding, c.vocab_size, c.dim);
   final_norm_ = Upload(w.final_norm);
-  lm_head_ = c.shared_classifier ? embedding_ : UploadMatrix(w.classifier, c.vocab_size, c.dim);
+  lm_head_ = c.shared_classifier ? embedding_
+                                 : UploadMatrix(w.classifier, w.q_classifier, c.vocab_size, c.dim);
   rope_inv_freq_ = Upload(c.RopeInvFreq());
   if (embedding_.data == nullptr || final_norm_ == nullptr || lm_head_.data == nullptr ||
       rope_inv_freq_ == nullptr) {
@@ -129,12 +148,12 @@ Status ModelRunner::Init() {
                              std::to_string(c.q_dim() + 2 * c.kv_dim()));
     }
     LayerPtrs p{Upload(lw.attn_norm),
-                UploadMatrix(lw.wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim),
+                UploadMatrix(lw.wqkv, lw.q_wqkv, c.q_dim() + 2 * c.kv_dim(), c.dim),
                 has_bias ? Upload(lw.bqkv) : nullptr,
-                UploadMatrix(lw.wo, c.dim, c.q_dim()),
+                UploadMatrix(lw.wo, lw.q_wo, c.dim, c.q_dim()),
                 Upload(lw.ffn_norm),
-                UploadMatrix(lw.w13, 2 * c.hidden_dim, c.dim),
-                UploadMatrix(lw.w2, c.dim, c.hidden_dim),
+                UploadMatrix(lw.w13, lw.q_w13, 2 * c.hidden_dim, c.dim),
+                UploadMatrix(lw.w2, lw.q_w2, c.dim, c.hidden_dim),
                 nullptr,
                 nullptr};
     if (!p.attn_norm || !p.wqkv.data || (has_bias && !p.bqkv) || !p.wo.data || !p.ffn_norm ||
@@ -143,7 +162,8 @@ Status ModelRunner::Init() {
     }
     layers_.push_back(p);
   }
-  weights_.reset();  // the backend holds the copy now
+  weight_storage_ = w.storage;  // quantized matrices are read where they lie
+  weights_.reset();             // the backend holds the copy now
 
   use_graphs_ = backend_->SupportsGraphs() && !options_.enforce_eager;
   if (!backend_->is_host()) {

@@ -125,6 +125,9 @@ class ModelRunner final : public ModelExecutor {
   const float* Upload(const std::vector<float>& host);
   // host [rows, cols] row-major. REQUIRES: host.size() == rows * cols.
   WeightRef UploadMatrix(const std::vector<float>& host, int32_t rows, int32_t cols);
+  // `quantized` when it has parts (the backend's UploadQuantMatrix), else `host` as above.
+  WeightRef UploadMatrix(const std::vector<float>& host, const QuantizedMatrix& quantized,
+                         int32_t rows, int32_t cols);
   Status EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_t num_sampled,
                          int32_t max_blocks_per_seq);
   // Issues the ops of one forward pass; the logits of the sampled rows land in logits_.
@@ -147,6 +150,7 @@ class ModelRunner final : public ModelExecutor {
   // Held only until Init() has copied the weights into the backend's memory (which, on the CPU,
   // is 2 MiB-aligned and backed by huge pages); dropped after, so the runner keeps one copy.
   std::shared_ptr<const LlamaWeights> weights_;
+  std::shared_ptr<const void> weight_storage_;  // what quantized weights point into (mapped file)
   std::unique_ptr<Backend> backend_;
   ModelRunnerOptions options_;
 

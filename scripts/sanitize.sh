@@ -4,7 +4,8 @@
 #   asan  build-asan/: AddressSanitizer (+ LeakSanitizer) + UndefinedBehaviorSanitizer, and
 #         clang's -Wthread-safety as an error (checks the TS_GUARDED_BY annotations, see
 #         base/thread_annotations.h). Runs every ctest case (unit, integration, the fuzz
-#         regression replays) except openai_npm_client (node; it checks the HTTP API, not memory)
+#         regression replays) except openai_npm_client and llamacpp_oracle (node; they check the
+#         HTTP API and the math, not memory)
 #         soak_60s (its RSS-trend rule measures the release binary; ASan's quarantine grows) and
 #         the OpenAiStormTest load tests (their 1 s / 30 s bounds assume release speed; under ASan
 #         the 300- and 2,000-client storms run 3-6x slower on 2 cores). Suites it does not build
@@ -45,7 +46,7 @@ for run in "${runs[@]}"; do
         test_gpu_host
       ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
       UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|soak_60s|OpenAiStormTest\..*|.*_NOT_BUILT)$'
+        ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|llamacpp_oracle|soak_60s|OpenAiStormTest\..*|.*_NOT_BUILT)$'
       ;;
     tsan)
       configure build-tsan "-fsanitize=thread"

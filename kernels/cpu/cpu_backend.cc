@@ -22,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tinyserve {
@@ -107,7 +108,29 @@ class CpuBackend final : public Backend {
     return {p, DType::kFloat32, WeightLayout::kPanel16, rows, cols};
   }
 
+  // Quantized weights stay where they are (a mapped GGUF file): only a small header is allocated.
+  WeightRef UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols) override {
+    if (num_parts < 1 || num_parts > QuantMatrix::kMaxParts) return {};
+    auto* h = static_cast<QuantMatrix*>(Allocate(sizeof(QuantMatrix)));
+    if (h == nullptr) return {};
+    *h = QuantMatrix{};
+    h->cols = cols;
+    h->num_parts = num_parts;
+    for (int32_t p = 0; p < num_parts; ++p) {
+      h->parts[p] = {parts[p].type, static_cast<const uint8_t*>(parts[p].blocks), parts[p].rows};
+      h->rows += parts[p].rows;
+    }
+    return {h, DType::kFloat32, WeightLayout::kGgmlBlocks, h->rows, cols};
+  }
+
   void Linear(const float* x, WeightRef w, int32_t m, int32_t n, int32_t k, float* y) override {
+    if (w.layout == WeightLayout::kGgmlBlocks) {
+      QuantLinear(x, *static_cast<const QuantMatrix*>(w.data), m, y,
+                  [this](int64_t items, const std::function<void(int64_t)>& fn) {
+                    pool_->ParallelFor(items, fn);
+                  });
+      return;
+    }
     if (w.layout != WeightLayout::kPanel16) {
       Gemm(x, static_cast<const float*>(w.data), m, n, k, y);
       return;
@@ -117,6 +140,10 @@ class CpuBackend final : public Backend {
 
   void EmbeddingLookup(WeightRef table, const int32_t* ids, int32_t n, int32_t dim,
                        float* out) override {
+    if (table.layout == WeightLayout::kGgmlBlocks) {
+      QuantEmbedding(*static_cast<const QuantMatrix*>(table.data), ids, n, out);
+      return;
+    }
     if (table.layout != WeightLayout::kPanel16) {
       Embedding(static_cast<const float*>(table.data), ids, n, dim, out);
       return;

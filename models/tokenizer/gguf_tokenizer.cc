@@ -98,6 +98,7 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePiece(const GgufFile& gguf,
   if (!add_space.ok()) return add_space.status();
   vocab.add_dummy_prefix = *add_space;
   vocab.match_all_pieces = false;
+  vocab.text_u2581_is_space = true;
 
   vocab.byte_ids.fill(-1);
   for (size_t id = 0; id < n; ++id) {

@@ -124,7 +124,9 @@ std::vector<int32_t> SentencePieceBpe::Encode(std::string_view text, bool add_bo
            (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
       ++end;
     }
-    append_codepoint(text.substr(i, end - i));
+    const std::string_view codepoint = text.substr(i, end - i);
+    // The text's own U+2581 is the space piece SentencePiece and llama.cpp make of it.
+    append_codepoint(vocab_.text_u2581_is_space && codepoint == "\xE2\x96\x81" ? " " : codepoint);
     i = end;
   }
   ApplyBpeMerges(merges_, symbols);

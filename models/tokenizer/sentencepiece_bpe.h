@@ -39,6 +39,9 @@ struct SentencePieceVocab {
   // true (llama2.c): every piece, special and byte ones included, can be looked up and merged
   // into, as in run.c. false (GGUF, SentencePiece): only normal and user-defined pieces can.
   bool match_all_pieces = false;
+  // true (GGUF): a U+2581 in the text is a space, as SentencePiece and llama.cpp read it (the
+  // pieces store it as ' '). false (llama2.c): it is a codepoint without a piece (bytes).
+  bool text_u2581_is_space = false;
   // The token each byte falls back to (-1: the byte is dropped). Filled by the loader: llama2.c
   // uses byte + 3, GGUF the piece "<0xHH>" or else <unk>.
   std::array<int32_t, 256> byte_ids{};

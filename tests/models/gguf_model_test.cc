@@ -11,6 +11,7 @@
 #include "models/gguf_model.h"
 #include "models/hf_model.h"
 #include "models/llama2c.h"
+#include "models/tokenizer/gguf.h"
 #include "tests/models/test_util.h"
 
 namespace tinyserve {
@@ -78,6 +79,32 @@ TEST_F(GgufModelTest, F16TensorsLoadRounded) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   for (size_t i = 0; i < weights_->layers[0].w2.size(); ++i) {
     ASSERT_EQ(m->weights->layers[0].w2[i], F16ToF32(F32ToF16(weights_->layers[0].w2[i]))) << i;
+  }
+}
+
+// llama.cpp aborts on f16/bf16 norm weights (binary_op: unsupported types): 1-D tensors stay F32.
+TEST_F(GgufModelTest, HalfPrecisionFilesKeepOneDimensionalTensorsInF32) {
+  for (TensorDtype dtype : {TensorDtype::kF16, TensorDtype::kBF16}) {
+    const std::string path = dir_ / (std::string(TensorDtypeName(dtype)) + ".gguf");
+    ASSERT_TRUE(WriteGgufModel(*weights_, vocab_, dtype, path).ok());
+    auto g = GgufFile::Open(path);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    const uint32_t matrix_type = dtype == TensorDtype::kF16 ? 1 : 30;
+    int num_vectors = 0;
+    for (const GgufTensorInfo& t : g->tensors()) {
+      if (t.dims.size() == 1) {
+        ++num_vectors;
+        EXPECT_EQ(t.ggml_type, 0u) << t.name;
+        EXPECT_EQ(t.num_bytes, 4 * t.num_elements) << t.name;
+      } else {
+        EXPECT_EQ(t.ggml_type, matrix_type) << t.name;
+      }
+    }
+    EXPECT_EQ(num_vectors, 1 + 2 * weights_->config.num_layers);
+    auto m = LoadGgufModel(path);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->weights->final_norm, weights_->final_norm);  // exact: f32
+    EXPECT_EQ(m->weights->layers[3].ffn_norm, weights_->layers[3].ffn_norm);
   }
 }
 

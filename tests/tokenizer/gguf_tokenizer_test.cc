@@ -71,6 +71,16 @@ TEST_F(GgufTokenizerTest, Gpt2MatchesAll46Lines) {
   ExpectAllLines(*gpt2_, *inputs_, "ggml-vocab-gpt-2.gguf.out");
 }
 
+// Found by the llama.cpp oracle (tests/oracle): a U+2581 typed in the text is a space to
+// SentencePiece and llama.cpp ("<<SYS>> \u2581 \u2581\u2581 <s>" gives one 5-space piece and
+// "\u2581<"), not three byte-fallback tokens.
+TEST_F(GgufTokenizerTest, LiteralSentencePieceSpaceInTheTextIsASpace) {
+  const std::vector<int32_t> got =
+      spm_->Encode("<<SYS>> \xE2\x96\x81 \xE2\x96\x81\xE2\x96\x81 <s>", false);
+  EXPECT_EQ(got, spm_->Encode("<<SYS>>      <s>", false));
+  EXPECT_EQ(got, (std::vector<int32_t>{3532, 14816, 29903, 6778, 418, 529, 29879, 29958}));
+}
+
 TEST_F(GgufTokenizerTest, SpecialTokensAreTheControlTokens) {
   EXPECT_EQ(spm_->special_tokens(),
             (std::vector<std::pair<std::string, int32_t>>{{"<s>", 1}, {"</s>", 2}}));

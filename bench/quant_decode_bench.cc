@@ -1,0 +1,243 @@
+// quant_decode_bench: CPU decode of one model shape stored as F32, Q8_0 and Q4_K GGUF files
+// (written by our quantizer from the same random checkpoint), alternating the types round by
+// round in one process so that they share the machine's state; reports tokens/s, the ratio to
+// F32 and the fraction of the memory floor (measured read bandwidth / bytes of weights read per
+// step).
+//
+//   quant_decode_bench [--preset stories110M] [--types f32,q8_0,q4_k] [--threads 2]
+//                      [--batch 1,32] [--rounds 5] [--decode-tokens 32] [--prompt-len 16]
+//                      [--model-dir DIR]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "models/gguf_model.h"
+#include "models/llama2c.h"
+#include "models/model_runner.h"
+#include "models/presets.h"
+#include "models/static_batch_generator.h"
+
+namespace tinyserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Best-of-3 read bandwidth (bytes/s) of `threads` threads streaming a 512 MiB buffer.
+double ReadBandwidth(int threads) {
+  const size_t n = (size_t{1} << 29) / sizeof(float);
+  std::vector<float> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
+  double best = 0;
+  std::vector<float> partial(threads);
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
+        float acc[16] = {};
+        for (size_t i = b; i + 16 <= e; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+        float s = 0;
+        for (float a : acc) s += a;
+        partial[t] = s;
+      });
+    }
+    for (auto& th : pool) th.join();
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()));
+  }
+  volatile float sink = partial[0];
+  (void)sink;
+  return best;
+}
+
+double MatrixBytes(const std::vector<float>& f, const QuantizedMatrix& q, int32_t cols) {
+  if (q.empty()) return static_cast<double>(f.size()) * sizeof(float);
+  double b = 0;
+  for (const QuantPart& p : q.parts) b += static_cast<double>(QuantRowBytes(p.type, cols)) * p.rows;
+  return b;
+}
+
+// Bytes of weights one decode step reads (every matrix and the LM head; the embedding is a lookup
+// unless it is the LM head too).
+double StepBytes(const LlamaWeights& w) {
+  const ModelConfig& c = w.config;
+  double b = c.shared_classifier ? MatrixBytes(w.token_embedding, w.q_token_embedding, c.dim)
+                                 : MatrixBytes(w.classifier, w.q_classifier, c.dim);
+  for (const LlamaLayerWeights& l : w.layers) {
+    b += MatrixBytes(l.wqkv, l.q_wqkv, c.dim) + MatrixBytes(l.wo, l.q_wo, c.q_dim()) +
+         MatrixBytes(l.w13, l.q_w13, c.dim) + MatrixBytes(l.w2, l.q_w2, c.hidden_dim);
+  }
+  return b;
+}
+
+// Prefills `batch` sequences, then returns the tokens/s of `steps` decode steps.
+StatusOr<double> Decode(ModelRunner& runner, int32_t batch, int32_t prompt_len, int32_t steps) {
+  const int32_t bs = runner.block_size();
+  const int32_t max_blocks = (runner.max_model_len() + bs - 1) / bs;
+  const int32_t vocab = runner.vocab_size();
+  std::vector<std::vector<int32_t>> tables(batch);
+  int32_t next = 0;
+  for (auto& t : tables)
+    for (int32_t b = 0; b < max_blocks; ++b) t.push_back(next++);
+  auto slot = [&](int32_t s, int32_t p) {
+    return static_cast<int64_t>(tables[s][p / bs]) * bs + p % bs;
+  };
+  std::vector<int32_t> last(batch);
+  ScheduledBatch prefill;
+  prefill.max_blocks_per_seq = max_blocks;
+  for (int32_t s = 0; s < batch; ++s) {
+    std::vector<int32_t> toks, pos;
+    std::vector<int64_t> slots;
+    for (int32_t p = 0; p < prompt_len; ++p) {
+      toks.push_back(1 + (s * 131 + p * 17) % (vocab - 1));
+      pos.push_back(p);
+      slots.push_back(slot(s, p));
+    }
+    prefill.AddSequence(toks, pos, slots, prompt_len, tables[s], true);
+  }
+  auto out = runner.ComputeLogits(prefill);
+  if (!out.ok()) return out.status();
+  for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
+  const auto t0 = Clock::now();
+  for (int32_t step = 0; step < steps; ++step) {
+    const int32_t p = prompt_len + step;
+    ScheduledBatch d;
+    d.max_blocks_per_seq = max_blocks;
+    for (int32_t s = 0; s < batch; ++s)
+      d.AddSequence({last[s]}, {p}, {slot(s, p)}, p + 1, tables[s], true);
+    auto o = runner.ComputeLogits(d);
+    if (!o.ok()) return o.status();
+    for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(o->row(s), vocab);
+  }
+  return static_cast<double>(batch) * steps / Seconds(t0, Clock::now());
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = s.find(',', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"quant_decode_bench: decode tokens/s of F32 and quantized GGUF files, alternating"};
+  std::string preset_name = "stories110M", types = "f32,q8_0,q4_k", batches = "1,32";
+  int threads = 2, rounds = 5;
+  int32_t decode_tokens = 32, prompt_len = 16;
+  std::string model_dir = (std::filesystem::temp_directory_path() / "tinyserve-bench").string();
+  app.add_option("--preset", preset_name, "model shape (models/presets.h)");
+  app.add_option("--types", types, "comma-separated: f32, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m");
+  app.add_option("--threads", threads, "CPU backend threads");
+  app.add_option("--batch", batches, "comma-separated batch sizes");
+  app.add_option("--rounds", rounds, "alternating rounds (the median is reported)");
+  app.add_option("--decode-tokens", decode_tokens, "timed decode steps per round");
+  app.add_option("--prompt-len", prompt_len, "prefilled tokens per sequence");
+  app.add_option("--model-dir", model_dir, "where the checkpoint and GGUF files are cached");
+  CLI11_PARSE(app, argc, argv);
+  std::filesystem::create_directories(model_dir);
+  const auto preset = FindModelPreset(preset_name);
+  if (!preset) {
+    std::fprintf(stderr, "unknown preset %s\n", preset_name.c_str());
+    return 1;
+  }
+  const std::string ckpt = model_dir + "/" + preset_name + "-seed1.bin";
+  if (!LoadLlama2cCheckpoint(ckpt).ok()) {
+    const Status s = WriteRandomLlama2cCheckpoint(ckpt, preset->header, 1);
+    if (!s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+  }
+  auto fp32 = LoadLlama2cCheckpoint(ckpt);
+  if (!fp32.ok()) return std::fprintf(stderr, "%s\n", fp32.status().message().c_str()), 1;
+  // A vocabulary of the right size: the pieces do not matter for decode speed.
+  GgufLlamaVocab vocab;
+  const int32_t nv = (*fp32)->config.vocab_size;
+  for (int32_t i = 0; i < nv; ++i) {
+    vocab.pieces.push_back(i == 0   ? "<unk>"
+                           : i == 1 ? "<s>"
+                           : i == 2 ? "</s>"
+                                    : "t" + std::to_string(i));
+    vocab.scores.push_back(0.0f);
+    vocab.token_types.push_back(i == 0 ? 2 : i < 3 ? 3 : 1);
+  }
+  struct Model {
+    std::string type;
+    std::shared_ptr<const LlamaWeights> weights;
+    double step_bytes = 0;
+  };
+  std::vector<Model> models;
+  for (const std::string& t : Split(types)) {
+    const auto wt = ParseGgufWeightType(t);
+    if (!wt) return std::fprintf(stderr, "unknown type %s\n", t.c_str()), 1;
+    const std::string path = model_dir + "/" + preset_name + "-seed1-" + t + ".gguf";
+    if (!std::filesystem::exists(path)) {
+      const Status s = WriteGgufModel(**fp32, vocab, *wt, path);
+      if (!s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+    }
+    auto m = LoadGgufModel(path);
+    if (!m.ok()) return std::fprintf(stderr, "%s\n", m.status().message().c_str()), 1;
+    models.push_back({t, m->weights, StepBytes(*m->weights)});
+  }
+  const double bandwidth = ReadBandwidth(threads);
+  std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s\n", threads, bandwidth / 1e9);
+  std::printf(
+      "| model | type | weight MB/step | threads | batch | tok/s (median of %d) | x %s | "
+      "floor tok/s (batch 1) | of floor |\n|---|---|---|---|---|---|---|---|---|\n",
+      rounds, models[0].type.c_str());
+  for (const std::string& bstr : Split(batches)) {
+    const int32_t batch = std::stoi(bstr);
+    std::vector<std::unique_ptr<ModelRunner>> runners;
+    for (const Model& m : models) {
+      ModelRunnerOptions o;
+      o.block_size = 16;
+      o.max_model_len = std::min(m.weights->config.max_seq_len, prompt_len + decode_tokens + 16);
+      o.num_kv_blocks = batch * ((o.max_model_len + 15) / 16);
+      auto r = ModelRunner::Create(m.weights, CreateCpuBackend(threads), o);
+      if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
+      (void)Decode(**r, batch, prompt_len, 2);  // warm-up
+      runners.push_back(std::move(r).value());
+    }
+    std::vector<std::vector<double>> tps(models.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t i = 0; i < models.size(); ++i) {  // A, B, C, A, B, C, ...
+        auto r = Decode(*runners[i], batch, prompt_len, decode_tokens);
+        if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
+        tps[i].push_back(*r);
+      }
+    }
+    std::vector<double> median(models.size());
+    for (size_t i = 0; i < models.size(); ++i) {
+      std::sort(tps[i].begin(), tps[i].end());
+      median[i] = tps[i][tps[i].size() / 2];
+    }
+    for (size_t i = 0; i < models.size(); ++i) {
+      const double floor_tps = bandwidth / models[i].step_bytes;
+      std::printf(
+          "| %s | %s | %.1f | %d | %d | %.1f | %.2fx | %s | %s |\n", preset_name.c_str(),
+          models[i].type.c_str(), models[i].step_bytes / 1e6, threads, batch, median[i],
+          median[i] / median[0], batch == 1 ? std::to_string(floor_tps).substr(0, 6).c_str() : "",
+          batch == 1
+              ? (std::to_string(static_cast<int>(100 * median[i] / floor_tps + 0.5)) + "%").c_str()
+              : "");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tinyserve
+
+int main(int argc, char** argv) { return tinyserve::Main(argc, argv); }

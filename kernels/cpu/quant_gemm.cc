@@ -1,0 +1,344 @@
+#include "kernels/cpu/quant_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace tinyserve {
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+#define TINYSERVE_QUANT_X86 1
+#endif
+
+#ifdef TINYSERVE_QUANT_X86
+__attribute__((target("avx2"))) inline int32_t Hsum128(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+  return _mm_cvtsi128_si32(v);
+}
+
+__attribute__((target("avx2"))) inline __m256i SignedDot32(__m256i w, __m256i x) {
+  // sum of w * x per int32 lane (4 bytes each): |w| * (x * sign(w)), exact for w, x in
+  // [-128, 127] x [-127, 127].
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+__attribute__((target("avx2"))) inline int32_t Hsum256(__m256i v) {
+  return Hsum128(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+__attribute__((target("avx2"))) void DotsQ8_0Avx2(const uint8_t* w, const int8_t* xq, int64_t k,
+                                                  int32_t* dots) {
+  for (int64_t b = 0; b < k / 32; ++b, w += 34, xq += 32) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+    dots[b] = Hsum256(SignedDot32(wv, xv));
+  }
+}
+
+__attribute__((target("avx2"))) void DotsQ4_0Avx2(const uint8_t* w, const int8_t* xq, int64_t k,
+                                                  int32_t* dots) {
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (int64_t b = 0; b < k / 32; ++b, w += 18, xq += 32) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m256i n =
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+    dots[b] = Hsum256(SignedDot32(_mm256_sub_epi8(n, eight), xv));
+  }
+}
+
+__attribute__((target("avx2"))) void DotsQ4_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
+                                                  int32_t* dots) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < k / 256; ++b, w += 144) {
+    const uint8_t* qs = w + 16;
+    for (int g = 0; g < 4; ++g, xq += 64) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
+      const __m256i lo = _mm256_and_si256(q, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+      *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones));
+      *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), ones));
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void DotsQ6_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
+                                                  int32_t* dots) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  const __m256i bias = _mm256_set1_epi8(32);
+  for (int64_t b = 0; b < k / 256; ++b, w += 210) {
+    for (int half = 0; half < 2; ++half, xq += 128) {
+      const uint8_t* ql = w + 64 * half;
+      const uint8_t* qh = w + 128 + 32 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      __m256i q[4];
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+      for (int r = 0; r < 4; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * r));
+        const __m256i p = SignedDot32(_mm256_sub_epi8(q[r], bias), xv);
+        *dots++ = Hsum128(_mm256_castsi256_si128(p));
+        *dots++ = Hsum128(_mm256_extracti128_si256(p, 1));
+      }
+    }
+  }
+}
+
+// Four int32x8 vectors to their four sums: (sum p0, sum p1, sum p2, sum p3).
+__attribute__((target("avx2"))) inline __m128i Hsum4(__m256i p0, __m256i p1, __m256i p2,
+                                                     __m256i p3) {
+  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+__attribute__((target("avx2,f16c"))) inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // exact, as HalfToFloat
+}
+
+// The fused kernels: one weight row against up to 4 activation rows, the blocks decoded once.
+// They keep CombineDots' float expressions and order exactly (this file is compiled with
+// -ffp-contract=off and these functions without FMA), so they give its bits.
+__attribute__((target("avx2,f16c"))) void FusedQ8_0(const uint8_t* w, const Q8Row* x, int rows,
+                                                    int64_t k, float* out) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nb = k / 32;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    __m256i wv[4], aw[4];
+    float dw[4];
+    for (int u = 0; u < 4; ++u) {
+      const uint8_t* blk = w + 34 * (b + u);
+      wv[u] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      aw[u] = _mm256_sign_epi8(wv[u], wv[u]);
+      dw[u] = Half(blk);
+    }
+    for (int r = 0; r < rows; ++r) {
+      __m256i p[4];
+      for (int u = 0; u < 4; ++u) {
+        const __m256i xv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * (b + u)));
+        p[u] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[u], _mm256_sign_epi8(xv, wv[u])), ones);
+      }
+      alignas(16) int32_t d[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(d), Hsum4(p[0], p[1], p[2], p[3]));
+      for (int u = 0; u < 4; ++u) acc[r] += (dw[u] * x[r].d[b + u]) * static_cast<float>(d[u]);
+    }
+  }
+  for (; b < nb; ++b) {
+    const uint8_t* blk = w + 34 * b;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const float dw = Half(blk);
+    for (int r = 0; r < rows; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * b));
+      acc[r] += (dw * x[r].d[b]) * static_cast<float>(Hsum256(SignedDot32(wv, xv)));
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = acc[r];
+}
+
+__attribute__((target("avx2,f16c"))) void FusedQ4_K(const uint8_t* w, const Q8Row* x, int rows,
+                                                    int64_t k, float* out) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = w + 144 * b;
+    const float d = Half(blk), dmin = Half(blk + 2);
+    const uint8_t* q = blk + 4;
+    int32_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) {  // get_scale_min_k4
+      if (j < 4) {
+        sc[j] = q[j] & 63;
+        mn[j] = q[j + 4] & 63;
+      } else {
+        sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+      }
+    }
+    __m256i lv[8];
+    for (int g = 0; g < 4; ++g) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
+      lv[2 * g] = _mm256_and_si256(v, m4);
+      lv[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int8_t* xq = x[r].qs + 256 * b;
+      __m256i p[8];
+      for (int s = 0; s < 8; ++s) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * s));
+        p[s] = _mm256_madd_epi16(_mm256_maddubs_epi16(lv[s], xv), ones);
+      }
+      alignas(16) int32_t dots[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(dots), Hsum4(p[0], p[1], p[2], p[3]));
+      _mm_store_si128(reinterpret_cast<__m128i*>(dots + 4), Hsum4(p[4], p[5], p[6], p[7]));
+      const int16_t* sums = x[r].sums + 16 * b;
+      int32_t isum = 0, msum = 0;
+      for (int s = 0; s < 8; ++s) {
+        isum += sc[s] * dots[s];
+        msum += mn[s] * (sums[2 * s] + sums[2 * s + 1]);
+      }
+      const float v = d * static_cast<float>(isum) - dmin * static_cast<float>(msum);
+      acc[r] += x[r].d[b] * v;
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = acc[r];
+}
+#endif
+
+bool g_use_avx2 = [] {
+#ifdef TINYSERVE_QUANT_X86
+  return (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"));
+#else
+  return false;
+#endif
+}();
+
+int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
+  int32_t p = 0;
+  while (j >= w.parts[p].rows) {
+    j -= w.parts[p].rows;
+    ++p;
+  }
+  *local = j;
+  return p;
+}
+
+}  // namespace
+
+void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots) {
+#ifdef TINYSERVE_QUANT_X86
+  if (g_use_avx2) {
+    switch (t) {
+      case QuantType::kQ8_0:
+        return DotsQ8_0Avx2(w, xq, k, dots);
+      case QuantType::kQ4_0:
+        return DotsQ4_0Avx2(w, xq, k, dots);
+      case QuantType::kQ4_K:
+        return DotsQ4_KAvx2(w, xq, k, dots);
+      case QuantType::kQ6_K:
+        return DotsQ6_KAvx2(w, xq, k, dots);
+      default:
+        break;
+    }
+  }
+#endif
+  SubBlockDotsReference(t, w, xq, k, dots);
+}
+
+const char* QuantDotIsa() { return g_use_avx2 ? "avx2" : "portable"; }
+
+bool SetQuantDotIsaForTesting(const char* isa) {
+  const std::string s = isa;
+  if (s == "portable") {
+    g_use_avx2 = false;
+    return true;
+  }
+#ifdef TINYSERVE_QUANT_X86
+  const bool has = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"));
+#else
+  const bool has = false;
+#endif
+  if (s == "best") {
+    g_use_avx2 = has;
+    return true;
+  }
+  if (s == "avx2" && has) {
+    g_use_avx2 = true;
+    return true;
+  }
+  return false;
+}
+
+void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
+                 const ParallelForFn& parallel_for) {
+  const int32_t n = w.rows, k = w.cols;
+  if (m <= 0 || n <= 0) return;
+  // The activations in each format a part wants: [0] Q8_0, [1] Q8_K.
+  bool want[2] = {false, false};
+  for (int p = 0; p < w.num_parts; ++p) want[IsKQuant(w.parts[p].type) ? 1 : 0] = true;
+  static thread_local std::vector<uint8_t> storage[2];
+  std::vector<Q8Row> rows[2];
+  size_t row_bytes[2] = {0, 0};
+  for (int f = 0; f < 2; ++f) {
+    if (!want[f]) continue;
+    const QuantType rep = f == 1 ? QuantType::kQ4_K : QuantType::kQ8_0;
+    row_bytes[f] = ActivationBytes(rep, k);
+    storage[f].resize(row_bytes[f] * static_cast<size_t>(m) + 64);
+    uint8_t* base = storage[f].data();
+    base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+    rows[f].resize(static_cast<size_t>(m));
+    auto quantize = [&](int64_t i) {
+      rows[f][i] = QuantizeActivations(rep, x + i * k, k, base + row_bytes[f] * i);
+    };
+    if (m >= 8) {
+      parallel_for(m, quantize);
+    } else {
+      for (int32_t i = 0; i < m; ++i) quantize(i);
+    }
+  }
+  constexpr int32_t kRowsPerItem = 16;
+  const int64_t items = (n + kRowsPerItem - 1) / kRowsPerItem;
+  parallel_for(items, [&](int64_t item) {
+    static thread_local std::vector<int32_t> dots;
+    dots.resize(static_cast<size_t>(k / 16));
+    const int32_t j1 = std::min<int32_t>(n, static_cast<int32_t>((item + 1) * kRowsPerItem));
+    for (int32_t j = static_cast<int32_t>(item * kRowsPerItem); j < j1; ++j) {
+      int32_t local = 0;
+      const QuantMatrixPart& part = w.parts[PartOfRow(w, j, &local)];
+      const uint8_t* wrow = part.blocks + QuantRowBytes(part.type, k) * local;
+      const std::vector<Q8Row>& xr = rows[IsKQuant(part.type) ? 1 : 0];
+#ifdef TINYSERVE_QUANT_X86
+      if (g_use_avx2 && (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K)) {
+        for (int32_t i = 0; i < m; i += 4) {
+          const int r = std::min<int32_t>(4, m - i);
+          float out[4];
+          if (part.type == QuantType::kQ8_0) {
+            FusedQ8_0(wrow, &xr[i], r, k, out);
+          } else {
+            FusedQ4_K(wrow, &xr[i], r, k, out);
+          }
+          for (int u = 0; u < r; ++u) y[static_cast<size_t>(i + u) * n + j] = out[u];
+        }
+        continue;
+      }
+#endif
+      for (int32_t i = 0; i < m; ++i) {
+        SubBlockDots(part.type, wrow, xr[i].qs, k, dots.data());
+        y[static_cast<size_t>(i) * n + j] = CombineDots(part.type, wrow, xr[i], dots.data());
+      }
+    }
+  });
+}
+
+void QuantEmbedding(const QuantMatrix& w, const int32_t* ids, int32_t n, float* out) {
+  for (int32_t t = 0; t < n; ++t) {
+    int32_t local = 0;
+    const QuantMatrixPart& part = w.parts[PartOfRow(w, ids[t], &local)];
+    DequantizeRow(part.type, part.blocks + QuantRowBytes(part.type, w.cols) * local, w.cols,
+                  out + static_cast<size_t>(t) * w.cols);
+  }
+}
+
+}  // namespace tinyserve

@@ -1,0 +1,56 @@
+// The CPU's linear layer on ggml-quantized weights: y = x * w^T with w [n, k] as blocks
+// (kernels/ggml_quant.h) read where they lie (a memory-mapped GGUF file), x [m, k] fp32 quantized
+// per row to int8 blocks (Q8_0, or Q8_K for the K-quants), as llama.cpp's CPU backend does.
+//
+// A matrix may stack parts of different types (a fused q|k|v whose v is Q6_K in a Q4_K_M file):
+// each output row belongs to one part.
+//
+// Batch invariance: y[i, j] = CombineDots(SubBlockDots(w row j, q8(x row i))): the integer
+// sub-block dots are exact, whichever instruction set computes them, and the fp32 combination is
+// one fixed chain in block order (ggml_quant.h). Nothing depends on m, on how the rows are split
+// between threads, or on the ISA: a row alone and the same row in any batch give the same bits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "kernels/ggml_quant.h"
+
+namespace tinyserve {
+
+struct QuantMatrixPart {
+  QuantType type = QuantType::kQ8_0;
+  const uint8_t* blocks = nullptr;  // [rows, QuantRowBytes(type, cols)]
+  int32_t rows = 0;
+};
+
+// What a WeightRef of layout kGgmlBlocks points to on the CPU backend.
+struct QuantMatrix {
+  static constexpr int kMaxParts = 4;
+  int32_t rows = 0;  // the sum of the parts' rows
+  int32_t cols = 0;
+  int32_t num_parts = 0;
+  QuantMatrixPart parts[kMaxParts];
+};
+
+// Runs fn(i) for i in [0, n), possibly in parallel; returns when all are done.
+using ParallelForFn = std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
+
+// y [m, w.rows] = x [m, w.cols] * w^T.
+void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
+                 const ParallelForFn& parallel_for);
+
+// out[t, :] = row ids[t] of w, dequantized.  ids [n], out [n, w.cols].
+void QuantEmbedding(const QuantMatrix& w, const int32_t* ids, int32_t n, float* out);
+
+// The integer half of the dot product on this CPU's best instruction set (AVX2 for Q8_0, Q4_0
+// and Q4_K; the scalar reference otherwise): the same numbers as SubBlockDotsReference.
+void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots);
+
+// "avx2" or "portable": what SubBlockDots runs.
+const char* QuantDotIsa();
+// Testing only: "portable" forces the scalar path, "best" restores the automatic choice. Returns
+// false when this CPU cannot run `isa`. Not thread-safe.
+bool SetQuantDotIsaForTesting(const char* isa);
+
+}  // namespace tinyserve
