@@ -711,7 +711,60 @@ float CombineDots(QuantType t, const uint8_t* w, const Q8Row& x, const int32_t* 
   return acc;
 }
 
+float ReduceLanes(const float* a) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+namespace {
+
+// Q8_0 in lane order: lane l of block b holds the exact int sum of elements 4l..4l+3, turned to
+// float and fused-multiply-added into accumulator l with scale d_w * d_x.
+float DotLanesQ8_0(const uint8_t* w, const Q8Row& x) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t b = 0; b < x.k / 32; ++b, w += 34) {
+    const float s = LoadHalf(w) * x.d[b];
+    for (int l = 0; l < 8; ++l) {
+      int32_t p = 0;
+      for (int e = 4 * l; e < 4 * l + 4; ++e) p += static_cast<int8_t>(w[2 + e]) * x.qs[32 * b + e];
+      acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
+    }
+  }
+  return ReduceLanes(acc);
+}
+
+// Q4_K in lane order: lane l of super-block b holds sum over sub-blocks s of sc[s] * (the exact
+// int sum of elements 4l..4l+3 of s), fused-multiply-added with d * d_x; the mins go to one
+// scalar chain, subtracted at the end.
+float DotLanesQ4_K(const uint8_t* w, const Q8Row& x) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float mins = 0.0f;
+  int32_t q[256];
+  for (int64_t b = 0; b < x.k / 256; ++b, w += 144) {
+    KLevels(QuantType::kQ4_K, w, q);
+    int32_t lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t msum = 0;
+    for (int sb = 0; sb < 8; ++sb) {
+      uint8_t sc, m;
+      ScaleMinK4(sb, w + 4, &sc, &m);
+      for (int l = 0; l < 8; ++l) {
+        int32_t p = 0;
+        for (int e = 4 * l; e < 4 * l + 4; ++e) p += q[32 * sb + e] * x.qs[256 * b + 32 * sb + e];
+        lane[l] += sc * p;
+      }
+      msum += m * (x.sums[16 * b + 2 * sb] + x.sums[16 * b + 2 * sb + 1]);
+    }
+    const float s = LoadHalf(w) * x.d[b];
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(static_cast<float>(lane[l]), s, acc[l]);
+    mins += (LoadHalf(w + 2) * x.d[b]) * static_cast<float>(msum);
+  }
+  return ReduceLanes(acc) - mins;
+}
+
+}  // namespace
+
 float DotRowReference(QuantType t, const uint8_t* w, const Q8Row& x) {
+  if (t == QuantType::kQ8_0) return DotLanesQ8_0(w, x);
+  if (t == QuantType::kQ4_K) return DotLanesQ4_K(w, x);
   std::vector<int32_t> dots(static_cast<size_t>(NumSubBlocks(t, x.k)));
   SubBlockDotsReference(t, w, x.qs, x.k, dots.data());
   return CombineDots(t, w, x, dots.data());

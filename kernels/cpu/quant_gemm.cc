@@ -103,79 +103,62 @@ __attribute__((target("avx2"))) void DotsQ6_KAvx2(const uint8_t* w, const int8_t
   }
 }
 
-// Four int32x8 vectors to their four sums: (sum p0, sum p1, sum p2, sum p3).
-__attribute__((target("avx2"))) inline __m128i Hsum4(__m256i p0, __m256i p1, __m256i p2,
-                                                     __m256i p3) {
-  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-}
-
 __attribute__((target("avx2,f16c"))) inline float Half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);  // exact, as HalfToFloat
 }
 
-// The fused kernels: one weight row against up to 4 activation rows, the blocks decoded once.
-// They keep CombineDots' float expressions and order exactly (this file is compiled with
-// -ffp-contract=off and these functions without FMA), so they give its bits.
-__attribute__((target("avx2,f16c"))) void FusedQ8_0(const uint8_t* w, const Q8Row* x, int rows,
-                                                    int64_t k, float* out) {
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+// The fused kernels: one weight row against up to 4 activation rows, the blocks decoded once,
+// in DotRowReference's lane order (this file is compiled with -ffp-contract=off: the only fused
+// multiply-adds are the explicit ones), so they give its bits.
+__attribute__((target("avx2,fma"))) inline float HsumLanes(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // (a0+a4)+(a2+a6), (a1+a5)+(a3+a7)
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+__attribute__((target("avx2,fma,f16c"))) void FusedQ8_0(const uint8_t* w, const Q8Row* x, int rows,
+                                                        int64_t k, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
   const __m256i ones = _mm256_set1_epi16(1);
-  const int64_t nb = k / 32;
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4) {
-    __m256i wv[4], aw[4];
-    float dw[4];
-    for (int u = 0; u < 4; ++u) {
-      const uint8_t* blk = w + 34 * (b + u);
-      wv[u] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      aw[u] = _mm256_sign_epi8(wv[u], wv[u]);
-      dw[u] = Half(blk);
-    }
-    for (int r = 0; r < rows; ++r) {
-      __m256i p[4];
-      for (int u = 0; u < 4; ++u) {
-        const __m256i xv =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * (b + u)));
-        p[u] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[u], _mm256_sign_epi8(xv, wv[u])), ones);
-      }
-      alignas(16) int32_t d[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(d), Hsum4(p[0], p[1], p[2], p[3]));
-      for (int u = 0; u < 4; ++u) acc[r] += (dw[u] * x[r].d[b + u]) * static_cast<float>(d[u]);
-    }
-  }
-  for (; b < nb; ++b) {
+  for (int64_t b = 0; b < k / 32; ++b) {
     const uint8_t* blk = w + 34 * b;
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i aw = _mm256_sign_epi8(wv, wv);
     const float dw = Half(blk);
     for (int r = 0; r < rows; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * b));
-      acc[r] += (dw * x[r].d[b]) * static_cast<float>(Hsum256(SignedDot32(wv, xv)));
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[r].d[b]), acc[r]);
     }
   }
-  for (int r = 0; r < rows; ++r) out[r] = acc[r];
+  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]);
 }
 
-__attribute__((target("avx2,f16c"))) void FusedQ4_K(const uint8_t* w, const Q8Row* x, int rows,
-                                                    int64_t k, float* out) {
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+__attribute__((target("avx2,fma,f16c"))) void FusedQ4_K(const uint8_t* w, const Q8Row* x, int rows,
+                                                        int64_t k, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = w + 144 * b;
     const float d = Half(blk), dmin = Half(blk + 2);
     const uint8_t* q = blk + 4;
-    int32_t sc[8], mn[8];
+    int32_t mn[8];
+    __m256i scv[8];
     for (int j = 0; j < 8; ++j) {  // get_scale_min_k4
+      int32_t sc;
       if (j < 4) {
-        sc[j] = q[j] & 63;
+        sc = q[j] & 63;
         mn[j] = q[j + 4] & 63;
       } else {
-        sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
       }
+      scv[j] = _mm256_set1_epi16(static_cast<int16_t>(sc));
     }
     __m256i lv[8];
     for (int g = 0; g < 4; ++g) {
@@ -185,31 +168,26 @@ __attribute__((target("avx2,f16c"))) void FusedQ4_K(const uint8_t* w, const Q8Ro
     }
     for (int r = 0; r < rows; ++r) {
       const int8_t* xq = x[r].qs + 256 * b;
-      __m256i p[8];
+      __m256i lane = _mm256_setzero_si256();
       for (int s = 0; s < 8; ++s) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * s));
-        p[s] = _mm256_madd_epi16(_mm256_maddubs_epi16(lv[s], xv), ones);
+        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(_mm256_maddubs_epi16(lv[s], xv), scv[s]));
       }
-      alignas(16) int32_t dots[8];
-      _mm_store_si128(reinterpret_cast<__m128i*>(dots), Hsum4(p[0], p[1], p[2], p[3]));
-      _mm_store_si128(reinterpret_cast<__m128i*>(dots + 4), Hsum4(p[4], p[5], p[6], p[7]));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(d * x[r].d[b]), acc[r]);
       const int16_t* sums = x[r].sums + 16 * b;
-      int32_t isum = 0, msum = 0;
-      for (int s = 0; s < 8; ++s) {
-        isum += sc[s] * dots[s];
-        msum += mn[s] * (sums[2 * s] + sums[2 * s + 1]);
-      }
-      const float v = d * static_cast<float>(isum) - dmin * static_cast<float>(msum);
-      acc[r] += x[r].d[b] * v;
+      int32_t msum = 0;
+      for (int s = 0; s < 8; ++s) msum += mn[s] * (sums[2 * s] + sums[2 * s + 1]);
+      mins[r] += (dmin * x[r].d[b]) * static_cast<float>(msum);
     }
   }
-  for (int r = 0; r < rows; ++r) out[r] = acc[r];
+  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]) - mins[r];
 }
 #endif
 
+// Every CPU with AVX2 has F16C (the fused kernels use both; clang 14 cannot test "f16c").
 bool g_use_avx2 = [] {
 #ifdef TINYSERVE_QUANT_X86
-  return (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"));
+  return __builtin_cpu_supports("avx2");
 #else
   return false;
 #endif
@@ -256,7 +234,7 @@ bool SetQuantDotIsaForTesting(const char* isa) {
     return true;
   }
 #ifdef TINYSERVE_QUANT_X86
-  const bool has = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"));
+  const bool has = __builtin_cpu_supports("avx2");
 #else
   const bool has = false;
 #endif
@@ -324,6 +302,11 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
         continue;
       }
 #endif
+      if (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K) {
+        for (int32_t i = 0; i < m; ++i)
+          y[static_cast<size_t>(i) * n + j] = DotRowReference(part.type, wrow, xr[i]);
+        continue;
+      }
       for (int32_t i = 0; i < m; ++i) {
         SubBlockDots(part.type, wrow, xr[i].qs, k, dots.data());
         y[static_cast<size_t>(i) * n + j] = CombineDots(part.type, wrow, xr[i], dots.data());
