@@ -10,9 +10,10 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   exit 77
 fi
 if [ ! -d node_modules/node-llama-cpp ]; then
-  # --ignore-scripts: the prebuilt binaries ship in @node-llama-cpp/linux-x64; the postinstall
-  # step would only try to download or build others.
-  npm ci --no-audit --no-fund --loglevel=error --ignore-scripts
+  # --ignore-scripts: the prebuilt binaries ship in @node-llama-cpp/linux-x64 (a direct dependency
+  # in package.json, so --omit=optional leaves out the 650 MB of CUDA, Vulkan and ARM builds); the
+  # postinstall step would only try to download or build others.
+  npm ci --omit=optional --no-audit --no-fund --loglevel=error --ignore-scripts
 fi
 work="$(mktemp -d /tmp/tinyserve-oracle.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
