@@ -142,8 +142,7 @@ void EngineCore::DispatchEvents(bool notify) {
   // Every stream first gets all of its outputs of this step, then each consumer is woken once:
   // no consumer wakes for a half-delivered step (a token and then its finish), and the engine
   // thread is not switched out to a woken consumer while other streams still wait for their
-  // tokens.
-  to_notify_.clear();
+  // tokens. Streams gathered by earlier notify=false calls of the step stay in to_notify_.
   for (const EventRecord& rec : scheduler_.events()) {
     Request& req = *rec.request;
     if (req.stream != nullptr) {
@@ -194,6 +193,10 @@ RequestRecord EngineCore::MakeRecord(const Request& req) {
 }
 
 void EngineCore::NotifyStreams() {
+  // A stream may have been gathered by several dispatches of the step: wake it once, in the
+  // order of its first event.
+  notified_.clear();
+  std::erase_if(to_notify_, [this](RequestStream* s) { return !notified_.insert(s).second; });
   RequestStream::NotifyAll(to_notify_);
   to_notify_.clear();
 }
@@ -202,14 +205,16 @@ bool EngineCore::Step() {
   scheduler_.ReleaseFinished();
   const double drain_ts = clock_->Now();
   bool did_work = DrainInbox(drain_ts);
-  DispatchEvents();
+  // Every stream of the step is woken at its end, after the observers' OnStep: a client that sees
+  // its request finish (an abort drained here too) finds the step counted in the metrics.
+  DispatchEvents(/*notify=*/false);
 
   if (!scheduler_.has_unfinished_requests()) {
     scheduler_.ResetStats(drain_ts);  // an inbox-only step: no batch, fresh counters
   } else {
     // schedule -> execute -> sample -> update
     const SchedulerOutput& plan = scheduler_.Schedule(clock_->Now());
-    DispatchEvents();
+    DispatchEvents(/*notify=*/false);
     const ScheduledBatch& batch = plan.batch;
     if (batch.num_seqs() > 0) {
       did_work = true;
@@ -235,14 +240,8 @@ bool EngineCore::Step() {
             ResourceExhausted("out of memory while delivering the batch's logprobs"),
             clock_->Now());
       }
-      // The step's outputs wake their consumers only after the observers' OnStep below, so a
-      // client that sees its request finish finds the step counted in the metrics.
       DispatchEvents(/*notify=*/false);
-      for (RequestStream* stream : prompt_streams_) {
-        if (std::find(to_notify_.begin(), to_notify_.end(), stream) == to_notify_.end()) {
-          to_notify_.push_back(stream);
-        }
-      }
+      to_notify_.insert(to_notify_.end(), prompt_streams_.begin(), prompt_streams_.end());
       prompt_streams_.clear();
     }
   }

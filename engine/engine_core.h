@@ -35,6 +35,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "base/clock.h"
@@ -152,8 +153,9 @@ class EngineCore {
   StatusOr<ExecutorOutput> ExecuteBatch(const ScheduledBatch& batch);
   // The fatal path: marks the engine dead and finishes every live request with `status`.
   void Die(const Status& status, double now);
-  // Hands the scheduler's events to streams and observers; wakes the streams now, or, with
-  // notify false, at the next NotifyStreams() (before anything else dispatches).
+  // Hands the scheduler's events to streams and observers; wakes the streams now (with every
+  // stream gathered before), or, with notify false, at the next NotifyStreams(). Step() dispatches
+  // with notify false only and wakes every stream once, after the observers' OnStep.
   void DispatchEvents(bool notify = true);
   // What observers are told about `req` (RequestRecord: no engine state).
   static RequestRecord MakeRecord(const Request& req);
@@ -173,11 +175,12 @@ class EngineCore {
 
   // Engine thread state.
   Scheduler scheduler_;
-  std::vector<int32_t> sampled_;                // [num_sampled] tokens of the current step
-  std::vector<TokenLogprobs> logprobs_;         // [num_sampled] the executor's sampled rows
-  std::vector<RequestStream*> to_notify_;       // DispatchEvents(): the streams to wake
-  std::vector<RequestStream*> prompt_streams_;  // streams given prompt logprobs this step
-  std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
+  std::vector<int32_t> sampled_;                 // [num_sampled] tokens of the current step
+  std::vector<TokenLogprobs> logprobs_;          // [num_sampled] the executor's sampled rows
+  std::vector<RequestStream*> to_notify_;        // DispatchEvents(): the streams to wake
+  std::unordered_set<RequestStream*> notified_;  // NotifyStreams() scratch: each stream once
+  std::vector<RequestStream*> prompt_streams_;   // streams given prompt logprobs this step
+  std::atomic<bool> has_live_requests_{false};   // written by the engine thread after each step
 
   // Shared with frontends.
   mutable Mutex inbox_mu_;

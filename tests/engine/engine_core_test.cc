@@ -187,6 +187,51 @@ TEST(EngineCoreTest, RequestAbortedWhilePreempted) {
   EXPECT_EQ(h.pool().num_free_blocks(), 5);
 }
 
+// Counts the steps the observers were told of; a waker notes that count each time its stream is
+// woken, so a test sees whether a wake came before or after the step's OnStep.
+class StepCounter final : public RecordingObserver {
+ public:
+  void OnStep(const SchedulerStats& stats) override {
+    RecordingObserver::OnStep(stats);
+    ++num_steps;
+  }
+  int num_steps = 0;
+};
+
+class StepNotingWaker final : public StreamWaker {
+ public:
+  explicit StepNotingWaker(const StepCounter* counter) : counter_(counter) {}
+  void Wake() override { woken_at_step.push_back(counter_->num_steps); }
+  std::vector<int> woken_at_step;
+
+ private:
+  const StepCounter* counter_;
+};
+
+TEST(EngineCoreTest, StreamsAreWokenOnceAStepAfterItsOnStep) {
+  // Regression: an abort drained from the inbox woke its stream before the step's OnStep, so a
+  // client that had seen its request finish could find it not yet counted in the metrics.
+  Harness h(/*num_blocks=*/16, /*block_size=*/2, Budget(64));
+  StepCounter counter;
+  h.core.AddObserver(&counter);
+  auto a = h.Submit(MakeEngineRequest("a", Prompt(3, 1), 50));
+  auto b = h.Submit(MakeEngineRequest("b", Prompt(3, 2), 3));
+  auto a_waker = std::make_shared<StepNotingWaker>(&counter);
+  auto b_waker = std::make_shared<StepNotingWaker>(&counter);
+  a->SetWaker(a_waker);
+  b->SetWaker(b_waker);
+  h.core.Step();  // t=0: both prefill (QUEUED and SCHEDULED, then a token each)
+  h.core.Step();  // t=1
+  h.core.Abort("a");
+  h.core.Step();  // t=2: a aborted at the drain; b decodes its last token and finishes
+  h.core.Step();  // t=3: an inbox-only step (nothing left): no wake
+  // Each step wakes each of its streams once, after that step's OnStep.
+  EXPECT_EQ(a_waker->woken_at_step, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(b_waker->woken_at_step, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(Drain(*a).finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(Drain(*b).finish_reason, FinishReason::kLength);
+}
+
 TEST(EngineCoreTest, StatsOfAnInboxOnlyStepAreFresh) {
   // Regression: a step that only drained an abort reported the previous step's counters again.
   Harness h(/*num_blocks=*/5, /*block_size=*/2, Budget(64));
