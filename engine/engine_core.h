@@ -33,8 +33,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -161,6 +163,17 @@ class EngineCore {
   // Hands the block pool's KV-cache events to the sink, if any.
   void FlushKvCacheEvents();
   void Loop();
+  // Structured outputs. FillGrammarMasks: after Schedule(), the grammar mask of every constrained
+  // sampled sequence into the batch (a preempted request's matcher replayed first), timed into the
+  // stats. AdvanceMatchers: after Execute(), each constrained sequence's matcher takes its sampled
+  // token; a token the grammar rejects (an executor that ignored the mask) is remembered, and
+  // FinishGrammarErrors (after Update()) finishes those requests with reason error.
+  void FillGrammarMasks(SchedulerOutput& plan);
+  void AdvanceMatchers(const SchedulerOutput& plan);
+  void FinishGrammarErrors(double now);
+  // Reset()s req's matcher and replays its outputs; false iff the grammar rejects one.
+  static bool ReplayMatcher(Request& req);
+  bool IsEosToken(const Request& req, int32_t token) const;
 
   const int32_t vocab_size_;
   const std::optional<int32_t> eos_token_id_;
@@ -177,6 +190,8 @@ class EngineCore {
   std::vector<TokenLogprobs> logprobs_;         // [num_sampled] the executor's sampled rows
   std::vector<RequestStream*> to_notify_;       // DispatchEvents(): the streams to wake
   std::vector<RequestStream*> prompt_streams_;  // streams given prompt logprobs this step
+  // (request id, error message) of constrained requests to fail after this step's Update().
+  std::vector<std::pair<std::string, std::string>> grammar_errors_;
   std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
 
   // Shared with frontends.
