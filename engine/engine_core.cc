@@ -290,6 +290,14 @@ bool EngineCore::ReplayMatcher(Request& req) {
   return true;
 }
 
+std::vector<int32_t> EngineCore::eos_token_ids() const {
+  std::vector<int32_t> ids;
+  if (eos_token_id_) ids.push_back(*eos_token_id_);
+  const std::vector<int32_t>& extra = scheduler_.config().extra_eos_token_ids;
+  ids.insert(ids.end(), extra.begin(), extra.end());
+  return ids;
+}
+
 bool EngineCore::IsEosToken(const Request& req, int32_t token) const {
   if (req.eos_token_id && token == *req.eos_token_id) return true;
   const std::vector<int32_t>& extra = scheduler_.config().extra_eos_token_ids;

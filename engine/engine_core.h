@@ -125,6 +125,9 @@ class EngineCore {
 
   int32_t max_model_len() const { return scheduler_.max_model_len(); }
   int32_t vocab_size() const { return vocab_size_; }
+  // The ids that end every request as EOS: EngineConfig::eos_token_id (when set), then
+  // extra_eos_token_ids (a structured-output Vocabulary's stop ids).
+  std::vector<int32_t> eos_token_ids() const;
   // Engine thread (or owner without thread) only.
   const Scheduler& scheduler() const { return scheduler_; }
 
