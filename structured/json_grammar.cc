@@ -28,7 +28,11 @@ std::string JsonValueRules(std::string_view prefix, std::string_view ws_rule) {
   g += p + "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" " + p + "hex4 )\n";
   // \uXXXX escapes leave out the surrogates: a pair would count as two chars in minLength.
   g += p + "hex4 ::= ( [0-9a-cA-CeEfF] [0-9a-fA-F] | [dD] [0-7] ) [0-9a-fA-F] [0-9a-fA-F]\n";
-  g += p + "number ::= \"-\"? ( \"0\" | [1-9] [0-9]* ) ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n";
+  // Bounded as llama.cpp bounds them (at most 16 integer and 16 fraction digits; here also 2
+  // exponent digits), so a small model cannot loop on digits and every number fits a double.
+  g += p +
+       "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? "
+       "[0-9]{1,2} )?\n";
   return g;
 }
 

@@ -18,7 +18,8 @@ StatusOr<std::string> WhitespaceRule(const std::string& name,
 // The rules of any JSON value, every name prefixed with `prefix`: `<prefix>value`,
 // `<prefix>object`, `<prefix>array`, `<prefix>string`, `<prefix>number`; whitespace is the rule
 // `ws_rule` (defined elsewhere). Strings allow every escape of RFC 8259 and any UTF-8 char but
-// the control chars; numbers are RFC 8259's.
+// the control chars; numbers are RFC 8259's with at most 16 integer digits, 16 fraction digits and
+// 2 exponent digits.
 std::string JsonValueRules(std::string_view prefix, std::string_view ws_rule);
 
 // A grammar whose root is any JSON object.

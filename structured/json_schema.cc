@@ -12,6 +12,8 @@
 //   the pattern, as if anchored by ^...$: llama.cpp's rule; for an unanchored pattern this is
 //   stricter than ECMA's search, so outputs still validate), `format` date, time, date-time,
 //   uuid, email (dates never generate February 29, so every one is a real date).
+// - numbers have at most 16 integer digits, 16 fraction digits and 2 exponent digits (llama.cpp
+//   bounds them too: a small model cannot loop on digits, and every number fits a double).
 // - integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` exactly (draft-4
 //   boolean exclusives too). Numbers with bounds: an integer part within the bounds and a fraction
 //   only where any fraction stays inside (e.g. maximum 5.7 generates at most 5), no exponent.
@@ -158,7 +160,10 @@ std::string NonNegativeRange(uint64_t lo, uint64_t hi) {
     const std::string b = (bounded && len == max_len) ? Digits(hi) : std::string(len, '9');
     alts.push_back(SameLength(a, b));
   }
-  if (!bounded) alts.push_back("[1-9] [0-9]{" + std::to_string(lo_s.size()) + ",}");
+  // Unbounded: at most 16 digits (as the plain JSON numbers).
+  if (!bounded && lo_s.size() < 16) {
+    alts.push_back("[1-9] [0-9]{" + std::to_string(lo_s.size()) + ",15}");
+  }
   std::string out = "(";
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
   return out + " )";
@@ -428,7 +433,7 @@ class Converter {
       std::optional<int64_t> lo, hi;
       if (Status st = IntegerBounds(schema, pointer, &lo, &hi); !st.ok()) return st;
       if (type == "integer") {
-        if (!lo && !hi) return std::string("( \"-\"? ( \"0\" | [1-9] [0-9]* ) )");
+        if (!lo && !hi) return std::string("( \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) )");
         return IntegerRange(lo, hi);
       }
       if (!lo && !hi) {
@@ -436,7 +441,7 @@ class Converter {
         return prefix_ + "any-number";
       }
       // Bounded numbers: integers in range, and fractions where any fraction stays inside.
-      const std::string frac = " \".\" [0-9]+";
+      const std::string frac = " \".\" [0-9]{1,16}";
       std::string out = "( " + IntegerRange(lo, hi);
       if (!hi || *hi >= 1) {  // non-negative integer parts i with i + 1 <= hi
         const uint64_t a = lo && *lo > 0 ? static_cast<uint64_t>(*lo) : 0;

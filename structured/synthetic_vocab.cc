@@ -80,7 +80,7 @@ std::shared_ptr<const Vocabulary> SyntheticVocabulary(int32_t size, uint64_t see
                         "def"}) {
     add(t);
   }
-  for (int n = 0; n < 1000; ++n) add(std::to_string(n));
+  for (int n = 0; n < 100; ++n) add(std::to_string(n));
   uint64_t state = seed;
   auto next = [&] {
     state = SplitMix64(state);
