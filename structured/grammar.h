@@ -55,6 +55,8 @@ struct ConstraintSpec {
   std::string CacheKey() const;
 };
 
+class TokenTrie;  // structured/token_trie.h
+
 // The bytes each token id appends to the output text when it follows a non-BOS token (the
 // detokenizer's DecodePiece(prev, id) with an ordinary prev), and which ids end a request.
 class Vocabulary {
@@ -67,11 +69,15 @@ class Vocabulary {
   const std::vector<int32_t>& stop_token_ids() const { return stop_token_ids_; }
   // A hash of every token's bytes and the stop ids (part of the cache key).
   uint64_t fingerprint() const { return fingerprint_; }
+  // The byte trie of the token bytes, built once by the constructor.
+  const TokenTrie& trie() const { return *trie_; }
+  bool is_stop_token(int32_t id) const;
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<int32_t> stop_token_ids_;
   uint64_t fingerprint_ = 0;
+  std::shared_ptr<const TokenTrie> trie_;
 };
 
 class CompiledGrammar;  // immutable; defined in structured/compiled_grammar.h

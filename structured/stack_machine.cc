@@ -1,0 +1,80 @@
+#include "structured/stack_machine.h"
+
+#include <algorithm>
+
+namespace tinyserve::structured {
+
+int32_t StackMachine::Intern(int32_t pos, int32_t below) {
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(below);
+  auto [it, inserted] = index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
+  if (inserted) nodes_.push_back({pos, below});
+  return it->second;
+}
+
+void StackMachine::Expand(int32_t pos, int32_t below, StackSet* out) {
+  const Element& e = grammar_->elements[pos];
+  switch (e.kind) {
+    case Element::Kind::kEnd:
+      if (below < 0) {
+        out->can_end = true;
+      } else {
+        const Node n = nodes_[below];
+        Expand(n.pos, n.below, out);
+      }
+      return;
+    case Element::Kind::kRuleRef: {
+      const bool tail = grammar_->elements[pos + 1].kind == Element::Kind::kEnd;
+      const int32_t ret = tail ? below : Intern(pos + 1, below);
+      for (int32_t alt : grammar_->rule_alternatives[e.value]) Expand(alt, ret, out);
+      return;
+    }
+    case Element::Kind::kBytes:
+      out->stacks.push_back(Intern(pos, below));
+      return;
+  }
+}
+
+void StackMachine::Finish(StackSet* out) {
+  std::sort(out->stacks.begin(), out->stacks.end());
+  out->stacks.erase(std::unique(out->stacks.begin(), out->stacks.end()), out->stacks.end());
+}
+
+StackSet StackMachine::Initial() {
+  StackSet out;
+  for (int32_t alt : grammar_->rule_alternatives[grammar_->root]) Expand(alt, -1, &out);
+  Finish(&out);
+  return out;
+}
+
+void StackMachine::Advance(const StackSet& in, uint8_t byte, StackSet* out) {
+  out->stacks.clear();
+  out->can_end = false;
+  for (int32_t id : in.stacks) {
+    const Node n = nodes_[id];
+    if (!grammar_->byte_sets[grammar_->elements[n.pos].value].Has(byte)) continue;
+    Expand(n.pos + 1, n.below, out);
+  }
+  Finish(out);
+}
+
+void StackMachine::Compact(StackSet* keep) {
+  std::vector<Node> old = std::move(nodes_);
+  nodes_.clear();
+  index_.clear();
+  std::unordered_map<int32_t, int32_t> remap;
+  // Re-interns a chain bottom-up.
+  auto copy = [&](auto&& self, int32_t id) -> int32_t {
+    if (id < 0) return -1;
+    auto it = remap.find(id);
+    if (it != remap.end()) return it->second;
+    const int32_t below = self(self, old[id].below);
+    const int32_t fresh = Intern(old[id].pos, below);
+    remap[id] = fresh;
+    return fresh;
+  };
+  for (int32_t& id : keep->stacks) id = copy(copy, id);
+  Finish(keep);
+}
+
+}  // namespace tinyserve::structured
