@@ -82,7 +82,7 @@ EngineRequest Constrained(const std::string& id, int32_t salt, uint64_t seed,
   return r;
 }
 
-struct Run {
+struct RunResult {
   std::map<std::string, RequestOutput> outputs;
   int64_t preemptions = 0;
   std::vector<ScheduledBatch> batches;
@@ -90,7 +90,8 @@ struct Run {
 };
 
 // Runs `requests` to the end on an engine over `num_blocks` blocks of 4 slots.
-Run RunAll(std::vector<EngineRequest> requests, int32_t num_blocks, int32_t max_num_seqs = 8) {
+RunResult RunAll(std::vector<EngineRequest> requests, int32_t num_blocks,
+                 int32_t max_num_seqs = 8) {
   FakeClock clock;
   FakeExecutor executor(num_blocks, 4, kVocab, /*max_model_len=*/64, &clock, 1.0);
   RecordingObserver recorder;
@@ -106,7 +107,7 @@ Run RunAll(std::vector<EngineRequest> requests, int32_t num_blocks, int32_t max_
     streams[id] = testing::SubmitOk(core, std::move(r));
   }
   testing::RunUntilIdle(core);
-  Run run;
+  RunResult run;
   for (auto& [id, stream] : streams) run.outputs[id] = testing::Drain(*stream);
   for (const SchedulerStats& s : recorder.steps) run.preemptions += s.num_preemptions;
   run.batches = executor.batches();
@@ -121,7 +122,7 @@ TEST(StructuredEngineTest, MasksReachTheBatchAndTheMatcherFollowsTheTokens) {
   requests.push_back(Constrained("c", 3, 11, grammar));
   EngineRequest plain = MakeEngineRequest("p", testing::Prompt(6, 9, kVocab), 10);
   requests.push_back(std::move(plain));
-  Run run = RunAll(std::move(requests), /*num_blocks=*/64);
+  RunResult run = RunAll(std::move(requests), /*num_blocks=*/64);
 
   const RequestOutput& c = run.outputs["c"];
   ASSERT_TRUE(c.finished);
@@ -185,14 +186,14 @@ TEST(StructuredEngineTest, OutputsAreIdenticalAloneBatchedAndPreempted) {
   for (int i = 0; i < 8; ++i) {
     std::vector<EngineRequest> one;
     one.push_back(make(i));
-    Run run = RunAll(std::move(one), 64);
+    RunResult run = RunAll(std::move(one), 64);
     alone[testing::Name("r", i)] = run.outputs[testing::Name("r", i)].token_ids;
   }
   std::vector<EngineRequest> batch, storm;
   for (int i = 0; i < 8; ++i) batch.push_back(make(i));
   for (int i = 0; i < 8; ++i) storm.push_back(make(i));
-  Run batched = RunAll(std::move(batch), 64);
-  Run preempted = RunAll(std::move(storm), /*num_blocks=*/9);
+  RunResult batched = RunAll(std::move(batch), 64);
+  RunResult preempted = RunAll(std::move(storm), /*num_blocks=*/9);
   EXPECT_GT(preempted.preemptions, 0);
   for (int i = 0; i < 8; ++i) {
     const std::string id = testing::Name("r", i);
@@ -262,9 +263,9 @@ TEST(StructuredEngineTest, AGrammarForAnotherVocabularySizeIsRefused) {
   structured::ConstraintSpec choice;
   choice.kind = structured::ConstraintKind::kChoice;
   choice.choices = {"a"};
-  auto grammar = structured::Compile(
-      choice, std::make_shared<const structured::Vocabulary>(std::vector<std::string>{"", "a"},
-                                                             std::vector<int32_t>{0}));
+  auto grammar =
+      structured::Compile(choice, std::make_shared<const structured::Vocabulary>(
+                                      std::vector<std::string>{"", "a"}, std::vector<int32_t>{0}));
   ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
   FakeClock clock;
   FakeExecutor executor(16, 4, kVocab, 64, &clock, 1.0);
