@@ -81,8 +81,9 @@ struct Request {
   bool registered_with_executor = false;
   // Structured outputs (EngineRequest::grammar): the parse state of the outputs so far, or null.
   // A preemption sets matcher_needs_replay; the recompute's sampled step resets the matcher and
-  // replays the kept outputs first (EngineCore).
-  std::unique_ptr<structured::Matcher> matcher;
+  // replays the kept outputs first (EngineCore). Owned by this request alone (shared_ptr only so
+  // that Request stays a copyable value for the sampler tests).
+  std::shared_ptr<structured::Matcher> matcher;
   bool matcher_needs_replay = false;
 
   // Result.
