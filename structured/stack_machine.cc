@@ -16,8 +16,10 @@ void StackMachine::Expand(int32_t pos, int32_t below, StackSet* out) {
   const Element& e = grammar_->elements[pos];
   switch (e.kind) {
     case Element::Kind::kEnd:
-      if (below < 0) {
+      if (below == -1) {
         out->can_end = true;
+      } else if (below == kOutside) {
+        out->popped_outside = true;
       } else {
         const Node n = nodes_[below];
         Expand(n.pos, n.below, out);
@@ -50,6 +52,7 @@ StackSet StackMachine::Initial() {
 void StackMachine::Advance(const StackSet& in, uint8_t byte, StackSet* out) {
   out->stacks.clear();
   out->can_end = false;
+  out->popped_outside = false;
   for (int32_t id : in.stacks) {
     const Node n = nodes_[id];
     if (!grammar_->byte_sets[grammar_->elements[n.pos].value].Has(byte)) continue;
@@ -65,7 +68,7 @@ void StackMachine::Compact(StackSet* keep) {
   std::unordered_map<int32_t, int32_t> remap;
   // Re-interns a chain bottom-up.
   auto copy = [&](auto&& self, int32_t id) -> int32_t {
-    if (id < 0) return -1;
+    if (id < 0) return id;
     auto it = remap.find(id);
     if (it != remap.end()) return it->second;
     const int32_t below = self(self, old[id].below);
