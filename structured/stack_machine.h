@@ -53,10 +53,15 @@ class StackMachine {
   int32_t Intern(int32_t pos, int32_t below);
   void Expand(int32_t pos, int32_t below, StackSet* out);
   static void Finish(StackSet* out);
+  // The set after stack `id` consumes a byte its top accepts: the same for every such byte, so
+  // it is computed once per node and kept.
+  const StackSet& After(int32_t id);
 
   const Grammar* grammar_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> index_;
+  std::vector<StackSet> after_;  // [node] memo of After()
+  std::vector<char> has_after_;  // [node]
 };
 
 }  // namespace tinyserve::structured
