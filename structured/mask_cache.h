@@ -9,7 +9,7 @@
 // Matcher ORs the accepted bits and checks only the uncertain tokens against its real stack; for
 // a whole stack (the common case in JSON schemas) nothing is uncertain. Entries are computed on
 // first use (outside the lock; an equal concurrent computation is dropped) and kept up to a byte
-// budget, past which they are computed and not stored. Thread-safe.
+// budget (per grammar), past which they are computed and not stored. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ namespace tinyserve::structured {
 class MaskCache {
  public:
   static constexpr int kMaxFrames = 16;
-  static constexpr size_t kMaxBytes = size_t{256} << 20;
+  static constexpr size_t kMaxBytes = size_t{32} << 20;  // ~2000 entries at 128k tokens
 
   struct Entry {
     std::vector<uint32_t> accepted;  // [bitmask words]
