@@ -69,7 +69,10 @@ bool Vocabulary::is_stop_token(int32_t id) const {
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocabulary,
                                  std::string gbnf)
-    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)), gbnf_(std::move(gbnf)) {}
+    : grammar_(std::move(grammar)),
+      vocabulary_(std::move(vocabulary)),
+      gbnf_(std::move(gbnf)),
+      mask_cache_(&grammar_, vocabulary_.get()) {}
 
 std::string GbnfLiteral(std::string_view bytes) {
   const std::string text = ToValidUtf8(bytes);

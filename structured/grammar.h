@@ -4,9 +4,10 @@
 //
 // Contract:
 // - Compile() checks a constraint and builds an immutable CompiledGrammar for one Vocabulary: the
-//   byte-level grammar plus, per grammar position, the context-independent part of its token mask
-//   (tokens accepted or rejected whatever the stack below holds, as xgrammar's adaptive token mask
-//   cache), computed once from a trie of the vocabulary's token bytes. A bad or unsupported
+//   byte-level grammar plus a shared cache of, per stack top (up to 16 positions), the
+//   context-independent part of its token mask (tokens accepted or rejected whatever the stack
+//   below holds, as xgrammar's adaptive token mask cache), each entry computed on first use from
+//   the trie of the vocabulary's token bytes (structured/mask_cache.h). A bad or unsupported
 //   constraint is InvalidArgument with a message that names the problem and where it is (a JSON
 //   pointer into the schema, a regex offset, a grammar line), never silently ignored.
 // - A Matcher holds one request's parse state. FillNextTokenBitmask() sets bit t of the mask iff

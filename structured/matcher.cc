@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "structured/compiled_grammar.h"
+#include "structured/mask_cache.h"
 #include "structured/stack_machine.h"
 #include "structured/token_trie.h"
 
@@ -23,7 +24,20 @@ struct Matcher::State {
   StackMachine machine;  // mutated by const FillNextTokenBitmask (its pool is a cache)
   StackSet current;
   bool terminated = false;
-  std::vector<StackSet> levels;  // scratch of the mask walk, one per trie depth
+  std::vector<int32_t> key;  // scratch: a mask-cache key
+  StackSet a, b;             // scratch of Consumes
+
+  // True iff the single stack `stack` consumes all of `bytes`.
+  bool Consumes(int32_t stack, const std::string& bytes) {
+    a.stacks.assign(1, stack);
+    a.can_end = a.popped_outside = false;
+    for (char c : bytes) {
+      machine.Advance(a, static_cast<uint8_t>(c), &b);
+      if (b.is_dead()) return false;
+      std::swap(a, b);
+    }
+    return true;
+  }
 };
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar)
@@ -38,27 +52,28 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) const {
   State& s = *state_;
   std::fill(bitmask.begin(), bitmask.end(), 0u);
   const Vocabulary& vocab = s.grammar->vocabulary();
-  const TokenTrie& trie = vocab.trie();
-  const auto& nodes = trie.nodes();
-  const auto& ids = trie.token_ids();
-  if (s.levels.size() < static_cast<size_t>(trie.max_depth()) + 1) {
-    s.levels.resize(trie.max_depth() + 1);
-  }
-  s.levels[0] = s.current;
-  const int32_t n = static_cast<int32_t>(nodes.size());
-  for (int32_t i = 0; i < n;) {
-    const TokenTrie::Node& node = nodes[i];
-    StackSet& here = s.levels[node.depth];
-    s.machine.Advance(s.levels[node.depth - 1], node.byte, &here);
-    if (here.is_dead()) {
-      i = node.subtree_end;
-      continue;
+  const auto& ids = vocab.trie().token_ids();
+  const MaskCache& cache = s.grammar->mask_cache();
+  // The mask of a set is the union of its stacks' masks.
+  for (int32_t stack : s.current.stacks) {
+    s.key.clear();
+    int32_t node = stack;
+    while (node >= 0 && static_cast<int>(s.key.size()) < MaskCache::kMaxFrames) {
+      s.key.push_back(s.machine.pos(node));
+      node = s.machine.below(node);
     }
-    for (int32_t k = node.tokens_begin; k < node.tokens_end; ++k) {
-      const int32_t id = ids[k];
-      bitmask[id >> 5] |= uint32_t{1} << (id & 31);
+    s.key.push_back(node < 0 ? -1 : kOutside);
+    const std::shared_ptr<const MaskCache::Entry> entry = cache.Get(s.key);
+    for (size_t w = 0; w < bitmask.size(); ++w) bitmask[w] |= entry->accepted[w];
+    // The uncertain tokens, against the whole stack.
+    for (const auto& [begin, end] : entry->uncertain) {
+      for (int32_t k = begin; k < end; ++k) {
+        const int32_t id = ids[k];
+        const uint32_t bit = uint32_t{1} << (id & 31);
+        if (bitmask[id >> 5] & bit) continue;
+        if (s.Consumes(stack, vocab.token_bytes(id))) bitmask[id >> 5] |= bit;
+      }
     }
-    ++i;
   }
   for (int32_t id : vocab.stop_token_ids()) {
     if (id < 0 || id >= vocab.size()) continue;

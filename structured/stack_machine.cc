@@ -16,8 +16,10 @@ void StackMachine::Expand(int32_t pos, int32_t below, StackSet* out) {
   const Element& e = grammar_->elements[pos];
   switch (e.kind) {
     case Element::Kind::kEnd:
-      if (below < 0) {
+      if (below == -1) {
         out->can_end = true;
+      } else if (below == kOutside) {
+        out->popped_outside = true;
       } else {
         const Node n = nodes_[below];
         Expand(n.pos, n.below, out);
@@ -47,25 +49,48 @@ StackSet StackMachine::Initial() {
   return out;
 }
 
+const StackSet& StackMachine::After(int32_t id) {
+  if (static_cast<size_t>(id) >= has_after_.size() || !has_after_[id]) {
+    StackSet next;
+    const Node n = nodes_[id];
+    Expand(n.pos + 1, n.below, &next);
+    Finish(&next);
+    if (has_after_.size() < nodes_.size()) {
+      has_after_.resize(nodes_.size(), 0);
+      after_.resize(nodes_.size());
+    }
+    after_[id] = std::move(next);
+    has_after_[id] = 1;
+  }
+  return after_[id];
+}
+
 void StackMachine::Advance(const StackSet& in, uint8_t byte, StackSet* out) {
   out->stacks.clear();
   out->can_end = false;
+  out->popped_outside = false;
+  int num_taken = 0;
   for (int32_t id : in.stacks) {
-    const Node n = nodes_[id];
-    if (!grammar_->byte_sets[grammar_->elements[n.pos].value].Has(byte)) continue;
-    Expand(n.pos + 1, n.below, out);
+    if (!grammar_->byte_sets[grammar_->elements[nodes_[id].pos].value].Has(byte)) continue;
+    const StackSet& next = After(id);  // valid until the next After()
+    out->stacks.insert(out->stacks.end(), next.stacks.begin(), next.stacks.end());
+    out->can_end |= next.can_end;
+    out->popped_outside |= next.popped_outside;
+    ++num_taken;
   }
-  Finish(out);
+  if (num_taken > 1) Finish(out);
 }
 
 void StackMachine::Compact(StackSet* keep) {
   std::vector<Node> old = std::move(nodes_);
   nodes_.clear();
   index_.clear();
+  after_.clear();
+  has_after_.clear();
   std::unordered_map<int32_t, int32_t> remap;
   // Re-interns a chain bottom-up.
   auto copy = [&](auto&& self, int32_t id) -> int32_t {
-    if (id < 0) return -1;
+    if (id < 0) return id;
     auto it = remap.find(id);
     if (it != remap.end()) return it->second;
     const int32_t below = self(self, old[id].below);

@@ -93,3 +93,43 @@ TEST(GbnfTest, Utf8RangesSplitIntoByteSequences) {
 
 }  // namespace
 }  // namespace tinyserve::structured
+
+namespace tinyserve::structured {
+namespace {
+
+// Tool calling composes schema grammars under prefixes: two schemas in one grammar, each with
+// its own rules (and whitespace), inside literal tags.
+TEST(GbnfTest, JsonSchemaRulesComposeUnderPrefixes) {
+  auto a = JsonSchemaToGbnf(R"({"type":"object","properties":{"x":{"type":"integer"}},
+    "required":["x"]})",
+                            "t1-");
+  auto b = JsonSchemaToGbnf(R"({"enum":["on","off"]})", "t2_");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->find("t1-root ::="), std::string::npos) << *a;
+  EXPECT_EQ(a->find("\nroot ::="), std::string::npos);
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kGrammar;
+  spec.text = "root ::= " + GbnfLiteral("<tool>\n") + " ( t1-root | t2_root ) " +
+              GbnfLiteral("</tool>") + "\n" + *a + *b;
+  auto g = Compile(spec, ByteVocab());
+  ASSERT_TRUE(g.ok()) << g.status().ToString() << "\n" << spec.text;
+  EXPECT_EQ(Accepts(*g, "<tool>\n{\"x\": -3}</tool>"), Verdict::kComplete);
+  EXPECT_EQ(Accepts(*g, "<tool>\n\"off\"</tool>"), Verdict::kComplete);
+  EXPECT_EQ(Accepts(*g, "<tool>\n{\"x\": \"a\"}</tool>"), Verdict::kRejected);
+  EXPECT_FALSE(JsonSchemaToGbnf("{}", "bad prefix").ok());
+}
+
+TEST(GbnfTest, GbnfLiteralMatchesExactlyItsBytes) {
+  EXPECT_EQ(GbnfLiteral("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\x01\"");
+  const std::string bytes = "say \"hi\"\t\\ \xC3\xA9\x7F";
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kGrammar;
+  spec.text = "root ::= " + GbnfLiteral(bytes);
+  auto g = Compile(spec, ByteVocab());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(Accepts(*g, bytes), Verdict::kComplete);
+  EXPECT_EQ(Accepts(*g, bytes.substr(0, 5)), Verdict::kPrefix);
+}
+
+}  // namespace
+}  // namespace tinyserve::structured

@@ -14,6 +14,7 @@
 
 #include "base/hash.h"
 #include "base/utf8.h"
+#include "structured/compiled_grammar.h"
 #include "structured/grammar.h"
 #include "structured/synthetic_vocab.h"
 
@@ -217,6 +218,79 @@ TEST(RandomWalkTest, RegexOutputsFullyMatchByPcre2) {
     pcre2_match_data_free(md);
     pcre2_code_free(re);
   }
+}
+
+// The cached masks (truncated-stack keys, uncertain tokens checked at run time) equal masks by
+// brute force (every token tried on a replayed Matcher), on deeply nesting grammars whose stacks
+// outgrow MaskCache::kMaxFrames.
+TEST(RandomWalkTest, CachedMasksEqualBruteForce) {
+  const std::pair<ConstraintKind, const char*> cases[] = {
+      {ConstraintKind::kJsonSchema, kSchemas[30]},  // recursive $defs
+      {ConstraintKind::kJsonSchema, kSchemas[31]},  // recursive '#'
+      {ConstraintKind::kJsonObject, ""},
+      {ConstraintKind::kGrammar, "root ::= \"(\" root \")\" root | \"\""},
+  };
+  // The walk vocabulary plus closers long enough to pop past the cached frames.
+  std::vector<std::string> tokens;
+  for (int32_t t = 0; t < WalkVocab()->size(); ++t) tokens.push_back(WalkVocab()->token_bytes(t));
+  for (int n : {17, 24, 40}) {
+    tokens.push_back(std::string(n, ')'));
+    std::string mixed;
+    for (int i = 0; i < n; ++i) mixed += i % 2 ? "]" : "}";
+    tokens.push_back(mixed);
+    tokens.push_back(std::string(n, '}'));
+  }
+  auto vocab = std::make_shared<const Vocabulary>(tokens, WalkVocab()->stop_token_ids());
+  int num_checked = 0;
+  for (const auto& [kind, text] : cases) {
+    ConstraintSpec spec;
+    spec.kind = kind;
+    spec.text = text;
+    auto g = Compile(spec, vocab);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    Matcher m(*g);
+    std::vector<uint32_t> mask(m.bitmask_words());
+    std::vector<int32_t> history;
+    uint64_t rng = 99;
+    for (int step = 0; step < 60; ++step) {
+      m.FillNextTokenBitmask(mask);
+      if (step % 3 == 0) {
+        for (int32_t t = 0; t < vocab->size(); ++t) {
+          Matcher replay(*g);
+          for (int32_t h : history) ASSERT_TRUE(replay.AcceptToken(h));
+          const bool want = replay.AcceptToken(t);
+          const bool got = (mask[t / 32] >> (t % 32)) & 1;
+          ASSERT_EQ(got, want) << "token '" << vocab->token_bytes(t) << "' after " << history.size()
+                               << " tokens of " << text;
+        }
+        ++num_checked;
+      }
+      // Prefer opening tokens so the stacks grow deep: the allowed token with the most '{[('.
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < vocab->size(); ++t) {
+        if (((mask[t / 32] >> (t % 32)) & 1) && !vocab->is_stop_token(t)) allowed.push_back(t);
+      }
+      if (allowed.empty()) break;
+      rng = SplitMix64(rng);
+      int32_t pick = allowed[rng % allowed.size()];
+      if (rng % 4 != 0) {
+        for (int32_t t : allowed) {
+          const std::string& b = vocab->token_bytes(t);
+          if (b == "[" || b == "{\"" || b == "(" || b == "[{" || b == "\":{\"" || b == "\":[") {
+            pick = t;
+            break;
+          }
+        }
+      }
+      ASSERT_TRUE(m.AcceptToken(pick));
+      history.push_back(pick);
+    }
+    // The walk went deep enough that some masks needed the stack below the cached frames.
+    if (kind == ConstraintKind::kGrammar) {
+      EXPECT_GT((*g)->mask_cache().num_entries_with_uncertain(), 0u) << text;
+    }
+  }
+  EXPECT_GE(num_checked, 60);
 }
 
 TEST(RandomWalkTest, ChoiceOutputsAreOneOfTheChoices) {
