@@ -72,9 +72,8 @@ OpenAiRoutes::CompileStructuredOutput(const protocol::SamplingFields& fields) {
   StatusOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
       grammar_cache_.Get(s.spec, structured_vocabulary_);
   if (!grammar.ok()) {
-    return ApiError::BadRequest("Invalid structured output `" + s.param +
-                                    "`: " + grammar.status().message(),
-                                s.param);
+    return ApiError::BadRequest(
+        "Invalid structured output `" + s.param + "`: " + grammar.status().message(), s.param);
   }
   return std::move(grammar).value();
 }

@@ -21,6 +21,7 @@ namespace tinyserve {
 // `stop_token_ids`: the engine's EOS ids (EngineCore::eos_token_ids()); ids outside
 // [0, model_vocab_size) are dropped. REQUIRES: model_vocab_size >= tokenizer.vocab_size().
 std::shared_ptr<const structured::Vocabulary> BuildStructuredVocabulary(
-    const Tokenizer& tokenizer, int32_t model_vocab_size, const std::vector<int32_t>& stop_token_ids);
+    const Tokenizer& tokenizer, int32_t model_vocab_size,
+    const std::vector<int32_t>& stop_token_ids);
 
 }  // namespace tinyserve
