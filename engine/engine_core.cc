@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <new>
 #include <random>
@@ -28,6 +29,12 @@ SchedulerConfig MakeSchedulerConfig(const EngineConfig& c, const ModelExecutor& 
   s.max_model_len = c.max_model_len.value_or(executor.max_model_len());
   s.extra_eos_token_ids = c.extra_eos_token_ids;
   return s;
+}
+
+void SetBit(std::span<uint32_t> mask, int32_t token) {
+  if (token >= 0 && static_cast<size_t>(token / 32) < mask.size()) {
+    mask[token / 32] |= 1u << (token % 32);
+  }
 }
 
 }  // namespace
@@ -58,8 +65,18 @@ StatusOr<std::shared_ptr<RequestStream>> EngineCore::Submit(EngineRequest in) {
     }
   }
   TS_RETURN_IF_ERROR(in.sampling.Validate(vocab_size_));
+  std::unique_ptr<structured::Matcher> matcher;
+  if (in.grammar != nullptr) {
+    matcher = std::make_unique<structured::Matcher>(std::move(in.grammar));
+    if (matcher->vocab_size() != vocab_size_) {
+      return InvalidArgument("the request's grammar was compiled for a vocabulary of " +
+                             std::to_string(matcher->vocab_size()) + " tokens; the model has " +
+                             std::to_string(vocab_size_));
+    }
+  }
 
   auto req = std::make_unique<Request>();
+  req->matcher = std::move(matcher);
   req->request_id = std::move(in.request_id);
   req->sampling = std::move(in.sampling);
   req->priority = in.priority;
@@ -213,7 +230,11 @@ bool EngineCore::Step() {
     scheduler_.ResetStats(drain_ts);  // an inbox-only step: no batch, fresh counters
   } else {
     // schedule -> execute -> sample -> update
-    const SchedulerOutput& plan = scheduler_.Schedule(clock_->Now());
+    SchedulerOutput& plan = scheduler_.Schedule(clock_->Now());
+    for (Request* req : plan.preempted) {
+      if (req->matcher != nullptr) req->matcher_needs_replay = true;
+    }
+    FillGrammarMasks(plan);
     DispatchEvents(/*notify=*/false);
     const ScheduledBatch& batch = plan.batch;
     if (batch.num_seqs() > 0) {
@@ -228,7 +249,9 @@ bool EngineCore::Step() {
       } else if (!result.ok()) {
         scheduler_.FailScheduled(result.status(), clock_->Now());
       } else if (TakeOutputs(plan, *result)) {
+        AdvanceMatchers(plan);
         scheduler_.Update(sampled_, clock_->Now());
+        FinishGrammarErrors(clock_->Now());
         // Before the step's events: the outputs precede the FINISHED events they led to.
         const TokenOutputs& outputs = scheduler_.token_outputs();
         if (!outputs.request_keys.empty()) {
@@ -254,6 +277,98 @@ bool EngineCore::Step() {
   FlushKvCacheEvents();
   NotifyStreams();
   return did_work;
+}
+
+bool EngineCore::ReplayMatcher(Request& req) {
+  req.matcher_needs_replay = false;
+  req.matcher->Reset();
+  for (int32_t i = req.num_prompt_tokens; i < req.num_tokens(); ++i) {
+    if (req.matcher->is_terminated()) break;  // ignore_eos: the outputs after a stop token
+    if (!req.matcher->AcceptToken(req.token_ids[i])) return false;
+  }
+  return true;
+}
+
+std::vector<int32_t> EngineCore::eos_token_ids() const {
+  std::vector<int32_t> ids;
+  if (eos_token_id_) ids.push_back(*eos_token_id_);
+  const std::vector<int32_t>& extra = scheduler_.config().extra_eos_token_ids;
+  ids.insert(ids.end(), extra.begin(), extra.end());
+  return ids;
+}
+
+bool EngineCore::IsEosToken(const Request& req, int32_t token) const {
+  if (req.eos_token_id && token == *req.eos_token_id) return true;
+  const std::vector<int32_t>& extra = scheduler_.config().extra_eos_token_ids;
+  return std::find(extra.begin(), extra.end(), token) != extra.end();
+}
+
+void EngineCore::FillGrammarMasks(SchedulerOutput& plan) {
+  grammar_errors_.clear();
+  ScheduledBatch& batch = plan.batch;
+  int32_t num_rows = 0;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    num_rows += batch.sample[s] && plan.requests[s]->matcher != nullptr;
+  }
+  if (num_rows == 0) return;
+  const auto start = std::chrono::steady_clock::now();
+  const int32_t words = (vocab_size_ + 31) / 32;
+  batch.bitmask_words = words;
+  batch.token_bitmask.assign(static_cast<size_t>(num_rows) * words, 0u);
+  batch.bitmask_row.assign(static_cast<size_t>(batch.num_seqs()), -1);
+  int32_t row = 0;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    Request& req = *plan.requests[s];
+    if (!batch.sample[s] || req.matcher == nullptr) continue;
+    std::span<uint32_t> mask(batch.token_bitmask.data() + static_cast<size_t>(row) * words,
+                             static_cast<size_t>(words));
+    batch.bitmask_row[s] = row++;
+    if (req.matcher_needs_replay && !ReplayMatcher(req)) {
+      // Cannot happen (the kept outputs were accepted once); the mask stays all zeros and the
+      // request fails after this step.
+      grammar_errors_.emplace_back(req.request_id,
+                                   "structured output: replaying the kept outputs after a "
+                                   "preemption failed");
+      continue;
+    }
+    if (req.matcher->is_terminated()) {
+      // ignore_eos kept the request going after the grammar's stop token: only EOS again.
+      if (req.eos_token_id) SetBit(mask, *req.eos_token_id);
+      for (int32_t t : scheduler_.config().extra_eos_token_ids) SetBit(mask, t);
+    } else {
+      req.matcher->FillNextTokenBitmask(mask);
+    }
+  }
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  scheduler_.AddStructuredMaskStats(num_rows, elapsed.count());
+}
+
+void EngineCore::AdvanceMatchers(const SchedulerOutput& plan) {
+  const ScheduledBatch& batch = plan.batch;
+  int32_t row = 0;
+  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
+    if (!batch.sample[s]) continue;
+    const int32_t token = sampled_[row++];
+    Request& req = *plan.requests[s];
+    if (req.matcher == nullptr || req.matcher_needs_replay) continue;
+    const bool accepted =
+        req.matcher->is_terminated() ? IsEosToken(req, token) : req.matcher->AcceptToken(token);
+    if (!accepted) {
+      grammar_errors_.emplace_back(req.request_id, "structured output: the sampled token " +
+                                                       std::to_string(token) +
+                                                       " is not allowed by the grammar");
+    }
+  }
+}
+
+void EngineCore::FinishGrammarErrors(double now) {
+  for (const auto& [request_id, message] : grammar_errors_) {
+    Request* req = scheduler_.Find(request_id);
+    if (req == nullptr) continue;  // finished by this step's Update
+    req->error_message = message;
+    scheduler_.FinishRequest(request_id, FinishReason::kError, now);
+  }
+  grammar_errors_.clear();
 }
 
 void EngineCore::FlushKvCacheEvents() {

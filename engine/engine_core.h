@@ -33,9 +33,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -124,6 +126,9 @@ class EngineCore {
 
   int32_t max_model_len() const { return scheduler_.max_model_len(); }
   int32_t vocab_size() const { return vocab_size_; }
+  // The ids that end every request as EOS: EngineConfig::eos_token_id (when set), then
+  // extra_eos_token_ids (a structured-output Vocabulary's stop ids).
+  std::vector<int32_t> eos_token_ids() const;
   // Engine thread (or owner without thread) only.
   const Scheduler& scheduler() const { return scheduler_; }
 
@@ -163,6 +168,17 @@ class EngineCore {
   // Hands the block pool's KV-cache events to the sink, if any.
   void FlushKvCacheEvents();
   void Loop();
+  // Structured outputs. FillGrammarMasks: after Schedule(), the grammar mask of every constrained
+  // sampled sequence into the batch (a preempted request's matcher replayed first), timed into the
+  // stats. AdvanceMatchers: after Execute(), each constrained sequence's matcher takes its sampled
+  // token; a token the grammar rejects (an executor that ignored the mask) is remembered, and
+  // FinishGrammarErrors (after Update()) finishes those requests with reason error.
+  void FillGrammarMasks(SchedulerOutput& plan);
+  void AdvanceMatchers(const SchedulerOutput& plan);
+  void FinishGrammarErrors(double now);
+  // Reset()s req's matcher and replays its outputs; false iff the grammar rejects one.
+  static bool ReplayMatcher(Request& req);
+  bool IsEosToken(const Request& req, int32_t token) const;
 
   const int32_t vocab_size_;
   const std::optional<int32_t> eos_token_id_;
@@ -180,7 +196,9 @@ class EngineCore {
   std::vector<RequestStream*> to_notify_;        // DispatchEvents(): the streams to wake
   std::unordered_set<RequestStream*> notified_;  // NotifyStreams() scratch: each stream once
   std::vector<RequestStream*> prompt_streams_;   // streams given prompt logprobs this step
-  std::atomic<bool> has_live_requests_{false};   // written by the engine thread after each step
+  // (request id, error message) of constrained requests to fail after this step's Update().
+  std::vector<std::pair<std::string, std::string>> grammar_errors_;
+  std::atomic<bool> has_live_requests_{false};  // written by the engine thread after each step
 
   // Shared with frontends.
   mutable Mutex inbox_mu_;

@@ -19,6 +19,7 @@
 
 #include "engine/events.h"
 #include "engine/sampling_params.h"
+#include "structured/grammar.h"
 
 namespace tinyserve {
 
@@ -35,6 +36,9 @@ struct EngineRequest {
   // one of them (`reports_params_n`) reports it to vllm:request_params_n when it finishes.
   int32_t params_n = 1;
   bool reports_params_n = true;
+  // Structured outputs: the grammar every output must follow (compiled for a Vocabulary of the
+  // engine's vocab_size; the stop ids end it), or null = unconstrained. Shared and immutable.
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 };
 
 enum class RequestStatus : uint8_t { kWaiting, kRunning, kPreempted, kFinished };
@@ -75,6 +79,12 @@ struct Request {
   // The executor holds this request's sampling state (ScheduledBatch::new_requests), under the key
   // arrival_seq, until the request finishes (then the engine releases it: ModelExecutor::Release).
   bool registered_with_executor = false;
+  // Structured outputs (EngineRequest::grammar): the parse state of the outputs so far, or null.
+  // A preemption sets matcher_needs_replay; the recompute's sampled step resets the matcher and
+  // replays the kept outputs first (EngineCore). Owned by this request alone (shared_ptr only so
+  // that Request stays a copyable value for the sampler tests).
+  std::shared_ptr<structured::Matcher> matcher;
+  bool matcher_needs_replay = false;
 
   // Result.
   FinishReason finish_reason = FinishReason::kNone;

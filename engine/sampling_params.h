@@ -2,11 +2,12 @@
 //
 // Processing order of a logits row (Sampler): raw logprobs are taken first (log-softmax of the
 // raw model logits, vLLM's default "raw_logprobs"); then allowed_token_ids masks every other
-// token; then min_tokens masks EOS and stop token ids (unless that would mask every token left:
-// then that step goes unmasked); then logit_bias is added; then repetition / frequency / presence
-// penalties (vLLM V1's order); then greedy argmax if temperature < 1e-5, else temperature, min_p,
-// top_k, top_p and a draw from the request's counter-based generator keyed by (seed, output index).
-// A plain value; Validate() before use.
+// token, and a structured-output request's grammar mask (EngineRequest::grammar) masks every token
+// the grammar does not allow next; then min_tokens masks EOS and stop token ids (unless that would
+// mask every token left: then that step goes unmasked); then logit_bias is added; then repetition /
+// frequency / presence penalties (vLLM V1's order); then greedy argmax if temperature < 1e-5, else
+// temperature, min_p, top_k, top_p and a draw from the request's counter-based generator keyed by
+// (seed, output index). A plain value; Validate() before use.
 #pragma once
 
 #include <cstdint>

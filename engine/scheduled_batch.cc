@@ -1,6 +1,7 @@
 #include "engine/scheduled_batch.h"
 
 #include <string>
+#include <vector>
 
 namespace tinyserve {
 
@@ -58,6 +59,28 @@ Status ScheduledBatch::Validate(int32_t num_blocks, int32_t block_size) const {
     return InvalidArgument(
         "batch: prompt_logit_targets and prompt_logit_num_top must have one entry per "
         "prompt-logit row");
+  }
+  if (bitmask_words < 0 || (bitmask_words == 0 && !token_bitmask.empty()) ||
+      (bitmask_words > 0 && token_bitmask.size() % static_cast<size_t>(bitmask_words) != 0)) {
+    return InvalidArgument("batch: token_bitmask must be num_bitmask_rows x bitmask_words words");
+  }
+  if (!bitmask_row.empty()) {
+    if (bitmask_row.size() != seqs) {
+      return InvalidArgument("batch: bitmask_row must be empty or have num_seqs entries");
+    }
+    std::vector<uint8_t> used(static_cast<size_t>(num_bitmask_rows()), 0);
+    for (size_t s = 0; s < seqs; ++s) {
+      const int32_t row = bitmask_row[s];
+      if (row == -1) continue;
+      if (row < 0 || row >= num_bitmask_rows() || !sample[s] || used[row]) {
+        return InvalidArgument("batch: sequence " + std::to_string(s) + " has bitmask row " +
+                               std::to_string(row) +
+                               " (rows belong to one sampled sequence each, inside the mask)");
+      }
+      used[row] = 1;
+    }
+  } else if (!token_bitmask.empty()) {
+    return InvalidArgument("batch: token_bitmask rows without bitmask_row");
   }
   if (query_start[0] != 0 || static_cast<size_t>(query_start[seqs]) != n) {
     return InvalidArgument("batch: query_start must run from 0 to num_tokens");

@@ -71,6 +71,16 @@ struct ScheduledBatch {
   std::vector<int32_t> prompt_logit_targets;
   std::vector<int32_t> prompt_logit_num_top;
 
+  // Structured outputs (kernels/sampling.h SampleRow::token_bitmask): the grammar masks of this
+  // step's constrained sampled sequences, [num_bitmask_rows, bitmask_words] uint32 words row-major
+  // (token t allowed iff bit t % 32 of word t / 32 of the row is set; bitmask_words =
+  // (vocab + 31) / 32). Per sequence, [num_seqs] or empty (no sequence constrained):
+  // `bitmask_row[s]` is sequence s's row, -1 = unconstrained; only sampled sequences have one,
+  // each row belongs to one sequence.
+  int32_t bitmask_words = 0;
+  std::vector<uint32_t> token_bitmask;
+  std::vector<int32_t> bitmask_row;
+
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
   int32_t num_query_tokens(int32_t seq) const { return query_start[seq + 1] - query_start[seq]; }
@@ -78,6 +88,14 @@ struct ScheduledBatch {
   int32_t num_sampled() const;
   // Sum of num_prompt_logits: the rows of ExecutorOutput::prompt_logits.
   int32_t num_prompt_logit_rows() const;
+  int32_t num_bitmask_rows() const {
+    return bitmask_words == 0 ? 0 : static_cast<int32_t>(token_bitmask.size()) / bitmask_words;
+  }
+  // Sequence s's grammar mask (bitmask_words words), or null when it has none.
+  const uint32_t* bitmask_of(int32_t seq) const {
+    if (bitmask_row.empty() || bitmask_row[seq] < 0) return nullptr;
+    return token_bitmask.data() + static_cast<size_t>(bitmask_row[seq]) * bitmask_words;
+  }
 
   // Appends one sequence. `tokens`/`positions`/`slots` are its query rows; `blocks` its block
   // table (at most max_blocks_per_seq entries, which must be set first); the last two arguments

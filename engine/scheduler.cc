@@ -157,7 +157,7 @@ Request* Scheduler::PreemptVictim(const Request& needy, double now, size_t* next
   return victim;
 }
 
-const SchedulerOutput& Scheduler::Schedule(double now) {
+SchedulerOutput& Scheduler::Schedule(double now) {
   out_.requests.clear();
   out_.num_new_tokens.clear();
   out_.preempted.clear();
@@ -242,6 +242,9 @@ void Scheduler::BuildBatch() {
   b.new_requests.clear();
   b.prompt_logit_targets.clear();
   b.prompt_logit_num_top.clear();
+  b.bitmask_words = 0;
+  b.token_bitmask.clear();
+  b.bitmask_row.clear();
   size_t max_blocks = 0;
   for (const Request* req : out_.requests) max_blocks = std::max(max_blocks, req->block_ids.size());
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks);

@@ -93,8 +93,9 @@ class Scheduler {
   // engine dies).
   void FinishAll(FinishReason reason, double now, const std::string& error_message = "");
 
-  // Plans one step at time `now` (the step's schedule time). Resets stats().
-  const SchedulerOutput& Schedule(double now);
+  // Plans one step at time `now` (the step's schedule time). Resets stats(). The engine may add
+  // the grammar masks (ScheduledBatch::token_bitmask, bitmask_row) to the plan's batch.
+  SchedulerOutput& Schedule(double now);
   // Applies the step's results: sampled[i] is the token of the i-th sampling sequence. Advances
   // computed tokens, registers full blocks with the prefix cache, appends tokens, records
   // NEW_TOKENS at `now` (the output time), checks stops and finishes requests.
@@ -119,6 +120,11 @@ class Scheduler {
   const SchedulerStats& stats();
   // Zeroes this step's counters for a step that schedules nothing (Schedule() does it otherwise).
   void ResetStats(double now) { stats_.Reset(now); }
+  // Adds the step's structured-output mask work (EngineCore) to stats().
+  void AddStructuredMaskStats(int32_t num_seqs, double seconds) {
+    stats_.num_structured_seqs += num_seqs;
+    stats_.structured_mask_seconds += seconds;
+  }
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }

@@ -12,11 +12,11 @@
 // function, bit for bit.
 //
 // Across backends (the CUDA backend's SampleRows against the CPU's): greedy tokens, ranks, top-n
-// ids and every mask (allowed ids, min_tokens stops, logit_bias, penalties, top_k) are identical.
-// Seeded draws are identical except at the fp64 boundary cases: the CUDA kernels sum the fp64
-// weights exp(x - max) in another (fixed) order than the CPU's left-to-right loop, and CUDA's
-// fp64 exp may differ from the host's by an ulp, so a token can differ only when u * total, a
-// top_p cut (cumulative mass / total against 1 - top_p) or a min_p test (exp(x - max) against
+// ids and every mask (allowed ids, token bitmasks, min_tokens stops, logit_bias, penalties, top_k)
+// are identical. Seeded draws are identical except at the fp64 boundary cases: the CUDA kernels sum
+// the fp64 weights exp(x - max) in another (fixed) order than the CPU's left-to-right loop, and
+// CUDA's fp64 exp may differ from the host's by an ulp, so a token can differ only when u * total,
+// a top_p cut (cumulative mass / total against 1 - top_p) or a min_p test (exp(x - max) against
 // min_p) lies within a few fp64 ulps of a boundary. Raw logprobs agree to ~1e-6 (the log-sum-exp
 // is summed in another order, then rounded to fp32).
 #pragma once
@@ -85,11 +85,21 @@ class PenaltyState {
 // generator's counter; also decides whether min_tokens masks apply). The history is on the host
 // (`penalties`, read by backends whose KeepsPenaltyHistory() is false) or in the backend's own
 // memory (`penalty_slot`, Backend::SetPenaltyHistory; read by the others).
+//
+// `token_bitmask` (structured outputs, structured/grammar.h): null = none; else (vocab + 31) / 32
+// words, token t allowed iff bit (t % 32) of word t / 32 is set. A token whose bit is 0 is masked
+// exactly as a token outside allowed_token_ids is (both masks apply when both are given).
 struct SampleRow {
   const SamplingSpec* spec = nullptr;
   const PenaltyState* penalties = nullptr;  // may be null when spec->has_penalties() is false
   uint64_t output_index = 0;
   int32_t penalty_slot = -1;  // >= 0 when spec->has_penalties() on a KeepsPenaltyHistory() backend
+  const uint32_t* token_bitmask = nullptr;  // [(vocab + 31) / 32] or null
 };
+
+// True iff `bitmask` (SampleRow::token_bitmask layout) allows `token`; a null mask allows all.
+inline bool BitmaskAllows(const uint32_t* bitmask, int32_t token) {
+  return bitmask == nullptr || ((bitmask[token >> 5] >> (token & 31)) & 1u) != 0;
+}
 
 }  // namespace tinyserve

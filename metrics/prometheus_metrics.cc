@@ -277,6 +277,17 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
         &rejections.Add({{"model_name", config_.model_name},
                          {"reason", AdmissionRejectionName(static_cast<AdmissionRejection>(i))}});
   }
+  auto& structured = prometheus::BuildCounter()
+                         .Name("tinyserve_structured_output_requests_total")
+                         .Help(
+                             "Requests accepted with a structured-output constraint, by kind: "
+                             "json_object, json (a JSON Schema), regex, choice, grammar; a "
+                             "request with n > 1 counts once.")
+                         .Register(*registry_);
+  for (int i = 0; i < kNumStructuredOutputKinds; ++i) {
+    structured_output_requests[i] =
+        &structured.Add(With(BaseLabels(config_), "kind", kStructuredOutputKinds[i]));
+  }
   cache_config_info.Set(1.0);
   lora_requests_info.SetToCurrentTime();
   if (config_.compat_gpu_cache_usage) {

@@ -70,6 +70,14 @@ enum class AdmissionRejection : uint8_t {
 inline constexpr int kNumAdmissionRejections = 2;
 const char* AdmissionRejectionName(AdmissionRejection reason);
 
+// tinyserve_structured_output_requests_total{kind}: constrained requests by kind, counted when
+// the frontend accepts one (a request with n > 1 counts once). The labels in
+// structured::ConstraintKind order (its ConstraintKindName; metrics/ does not include
+// structured/, and the server test checks that the two lists agree).
+inline constexpr const char* kStructuredOutputKinds[] = {"json_object", "json", "regex", "choice",
+                                                         "grammar"};
+inline constexpr int kNumStructuredOutputKinds = 5;
+
 class PrometheusMetrics {
  public:
   explicit PrometheusMetrics(const MetricsConfig& config);
@@ -127,6 +135,8 @@ class PrometheusMetrics {
   // vllm:admission_rejections_total{reason} (model_name only, no engine label, as vLLM's).
   std::array<prometheus::Counter*, kNumAdmissionRejections> admission_rejections{};
   std::array<prometheus::Counter*, kNumPreemptionReasons> preemptions_by_reason{};  // tinyserve_
+  // tinyserve_structured_output_requests_total{kind}, by kStructuredOutputKinds index.
+  std::array<prometheus::Counter*, kNumStructuredOutputKinds> structured_output_requests{};
 
   // The --metrics-compat aliases; null unless MetricsConfig::compat_gpu_cache_usage.
   prometheus::Gauge* gpu_cache_usage_perc = nullptr;

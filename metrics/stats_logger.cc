@@ -1,6 +1,7 @@
 #include "metrics/stats_logger.h"
 
 #include <cstdio>
+#include <string>
 
 namespace tinyserve {
 
@@ -15,6 +16,11 @@ void StatsLogger::OnStep(const SchedulerStats& s) {
   interval_.preemptions += s.num_preemptions;
   interval_.cache_queries += s.prefix_cache_queries;
   interval_.cache_hits += s.prefix_cache_hits;
+  if (s.num_structured_seqs > 0) {
+    ++interval_.structured_steps;
+    interval_.structured_rows += s.num_structured_seqs;
+    interval_.structured_mask_seconds += s.structured_mask_seconds;
+  }
   num_running_ = s.num_running;
   num_waiting_ = s.num_waiting;
   kv_cache_usage_ = s.kv_cache_usage;
@@ -46,7 +52,14 @@ bool StatsLogger::MaybeLogLocked(double now) {
                   static_cast<double>(iv.prompt_tokens) / elapsed,
                   static_cast<double>(iv.generation_tokens) / elapsed, num_running_, num_waiting_,
                   static_cast<long long>(iv.preemptions), 100.0 * kv_cache_usage_, hit_rate);
-    sink_(line);
+    std::string text = line;
+    if (iv.structured_steps > 0) {
+      std::snprintf(line, sizeof(line), ", Structured output mask: %.3f ms/step (%lld rows)",
+                    1e3 * iv.structured_mask_seconds / static_cast<double>(iv.structured_steps),
+                    static_cast<long long>(iv.structured_rows));
+      text += line;
+    }
+    sink_(text);
   }
   last_was_busy_ = busy;
   last_log_ts_ = now;

@@ -71,6 +71,11 @@ StatusOr<std::vector<SampleRow>> SamplingStateTable::Rows(const ScheduledBatch& 
   if (batch.request_keys.size() != static_cast<size_t>(batch.num_seqs())) {
     return InvalidArgument("batch samples but does not name its sequences' requests");
   }
+  if (!batch.token_bitmask.empty() && batch.bitmask_words != (vocab_size_ + 31) / 32) {
+    return InvalidArgument("batch token bitmask has " + std::to_string(batch.bitmask_words) +
+                           " words per row; a vocabulary of " + std::to_string(vocab_size_) +
+                           " needs " + std::to_string((vocab_size_ + 31) / 32));
+  }
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     if (!batch.sample[s]) continue;
     auto it = entries_.find(batch.request_keys[s]);
@@ -80,7 +85,7 @@ StatusOr<std::vector<SampleRow>> SamplingStateTable::Rows(const ScheduledBatch& 
     }
     const Entry& e = it->second;
     rows.push_back({&e.spec, device_ == nullptr ? &e.penalties : nullptr,
-                    static_cast<uint64_t>(batch.output_index[s]), e.slot});
+                    static_cast<uint64_t>(batch.output_index[s]), e.slot, batch.bitmask_of(s)});
   }
   return rows;
 }

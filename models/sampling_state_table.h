@@ -39,8 +39,10 @@ class SamplingStateTable {
   void Apply(const ScheduledBatch& batch);
   // Forgets these keys (unknown ones are ignored).
   void Release(const std::vector<uint64_t>& keys);
-  // One row per sequence with sample[s] != 0, in order. Returns InvalidArgument naming the key if a
-  // sampled sequence's request is not registered.
+  // One row per sequence with sample[s] != 0, in order, each with its grammar mask (pointing into
+  // `batch`, which must outlive the rows) if any. Returns InvalidArgument naming the key if a
+  // sampled sequence's request is not registered, or if the batch's mask rows are not
+  // (vocab + 31) / 32 words.
   StatusOr<std::vector<SampleRow>> Rows(const ScheduledBatch& batch) const;
   // Extends the history of each sampled sequence's request with its sampled token.
   // REQUIRES: sampled has one entry per sampled sequence (what Rows() covered).

@@ -15,6 +15,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # server/: vLLM's KV-cache events (ZMQ + msgpack)
   haproxy  # tests/integration: the load balancer of the scale-out test
   python3-yaml  # tests/deploy: the Kubernetes manifests parse
+  python3-jsonschema  # tests/structured: constrained JSON outputs validate against their schemas
   chromium  # tests/bench: renders the benchmark report headless
   libcli11-dev
   libboost-context-dev  # tests/gpu_host: one fiber per CUDA thread

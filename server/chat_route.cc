@@ -110,6 +110,9 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
   if (auto e = CheckNumChoices(1, fields.n)) return SendError(res, *e);
+  ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
+      CompileStructuredOutput(fields);
+  if (!grammar.ok()) return SendError(res, grammar.error());
 
   StatusOr<protocol::RenderedChat> rendered =
       protocol::RenderChat(context_.chat_template, request.messages, request.add_generation_prompt);
@@ -130,6 +133,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     spec.index = j;
     spec.prompt_ids = ids;
     spec.params = *params;
+    spec.grammar = *grammar;
     if (fields.seed) spec.params.seed = *fields.seed + static_cast<uint64_t>(j);
     // One prompt: the first choice scores it, and only for a response that carries them (a
     // stream may ask for prompt_logprobs 0, as vLLM allows, but never sends them).
@@ -145,6 +149,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
       GenerationJob::Submit(context_.engine, &tok, &gate_, meta.id, std::move(specs), fields,
                             arrival_ts, context_.metrics);
   if (!submitted.ok()) return SendError(res, submitted.error());
+  CountStructuredOutput(fields);
   std::unique_ptr<GenerationJob> job = std::move(submitted).value();
   const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
   const auto num_prompt_tokens = static_cast<int32_t>(ids.size());

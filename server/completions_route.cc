@@ -191,6 +191,9 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
   if (auto e = CheckNumChoices(request.prompts.size(), fields.n)) return SendError(res, *e);
+  ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
+      CompileStructuredOutput(fields);
+  if (!grammar.ok()) return SendError(res, grammar.error());
 
   const bool echo_logprobs = request.echo && fields.logprobs.has_value();
   std::vector<PromptInfo> prompts;
@@ -216,6 +219,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
       spec.prompt_index = static_cast<int32_t>(p);
       spec.prompt_ids = info.ids;
       spec.params = *params;
+      spec.grammar = *grammar;
       // vLLM: echo with logprobs asks for the prompt's logprobs too (top-n = logprobs, unless
       // the request's prompt_logprobs, already in params, says otherwise). A stream sends them
       // only in its echo: without one it does not ask (prompt_logprobs 0 is allowed there).
@@ -242,6 +246,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
       GenerationJob::Submit(context_.engine, &tok, &gate_, meta.id, std::move(specs), fields,
                             arrival_ts, context_.metrics);
   if (!submitted.ok()) return SendError(res, submitted.error());
+  CountStructuredOutput(fields);
   std::unique_ptr<GenerationJob> job = std::move(submitted).value();
   const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
 

@@ -37,6 +37,7 @@ protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
     req.request_id = response_id + "-" + std::to_string(spec.index);
     req.prompt_token_ids = spec.prompt_ids;
     req.sampling = spec.params;
+    req.grammar = spec.grammar;
     req.arrival_ts = arrival_ts;
     req.priority = fields.priority;
     req.params_n = fields.n;

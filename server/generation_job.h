@@ -46,6 +46,8 @@ struct ChoiceSpec {
   // Echo with max_tokens 0: the engine's (one) token is dropped; the choice finishes with reason
   // length and no text or completion tokens (an error or abort still comes through).
   bool echo_only = false;
+  // Structured outputs: the grammar the choice's output follows, or null.
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 };
 
 // What one Poll() brought for one choice.

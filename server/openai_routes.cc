@@ -14,6 +14,7 @@
 #include "server/protocol/chat_template.h"
 #include "server/protocol/json_fields.h"
 #include "server/protocol/responses.h"
+#include "server/structured_vocabulary.h"
 
 namespace tinyserve {
 
@@ -50,11 +51,38 @@ httplib::Server::Handler MethodNotAllowed() {
 OpenAiRoutes::OpenAiRoutes(OpenAiContext context)
     : context_(std::move(context)),
       created_(static_cast<int64_t>(std::time(nullptr))),
-      gate_(AdmissionLimits{context_.max_queue_len, context_.max_num_queued_tokens}) {
+      gate_(AdmissionLimits{context_.max_queue_len, context_.max_num_queued_tokens}),
+      structured_vocabulary_(BuildStructuredVocabulary(
+          *context_.tokenizer,
+          context_.engine != nullptr ? context_.engine->vocab_size()
+                                     : context_.tokenizer->vocab_size(),
+          context_.engine != nullptr ? context_.engine->eos_token_ids()
+                                     : std::vector<int32_t>{context_.tokenizer->eos_id()})) {
   for (int i = 0; i < context_.sse_writer_threads; ++i) {
     std::unique_ptr<SseWriter> writer = SseWriter::Create(context_.sse_writer_options);
     if (writer == nullptr) break;
     sse_writers_.push_back(std::move(writer));
+  }
+}
+
+ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>>
+OpenAiRoutes::CompileStructuredOutput(const protocol::SamplingFields& fields) {
+  if (!fields.structured) return std::shared_ptr<const structured::CompiledGrammar>();
+  const protocol::StructuredOutput& s = *fields.structured;
+  StatusOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
+      grammar_cache_.Get(s.spec, structured_vocabulary_);
+  if (!grammar.ok()) {
+    return ApiError::BadRequest(
+        "Invalid structured output `" + s.param + "`: " + grammar.status().message(), s.param);
+  }
+  return std::move(grammar).value();
+}
+
+void OpenAiRoutes::CountStructuredOutput(const protocol::SamplingFields& fields) const {
+  if (!fields.structured || context_.metrics == nullptr) return;
+  const auto kind = static_cast<size_t>(fields.structured->spec.kind);
+  if (kind < context_.metrics->structured_output_requests.size()) {
+    context_.metrics->structured_output_requests[kind]->Increment();
   }
 }
 

@@ -23,7 +23,11 @@
 // `metrics` object (metrics/request_metrics.h; a stream: in its final usage chunk, which needs
 // stream_options.include_usage), and `"metrics": null` otherwise (vLLM). Requests
 // over the amplification caps (max_choices_per_request, max_logprobs_per_request) get 400 naming
-// the cap.
+// the cap. Structured outputs (response_format, structured_outputs, guided_*: server/protocol/
+// structured_fields.h) are compiled, before anything is queued, through one GrammarCache against
+// the Vocabulary built at construction from the tokenizer and the engine's EOS ids (a compile
+// error is a 400 naming the field); each accepted constrained request is counted in
+// tinyserve_structured_output_requests_total{kind}.
 //
 // Streams are SSE (server/sse_stream.h), written by SseWriter threads (server/sse_writer.h;
 // or by their HTTP workers where it is off or unavailable). A client that goes away has its
@@ -48,7 +52,9 @@
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
 #include "server/protocol/api_error.h"
+#include "server/protocol/sampling_fields.h"
 #include "server/sse_writer.h"
+#include "structured/grammar.h"
 
 namespace httplib {
 class Server;
@@ -122,6 +128,12 @@ class OpenAiRoutes {
   std::optional<protocol::ApiError> CheckNumChoices(size_t num_prompts, int32_t n) const;
   // 400 when the choices could carry more logprob entries than --max-logprobs-per-request.
   std::optional<protocol::ApiError> CheckLogprobEntries(const std::vector<ChoiceSpec>& specs) const;
+  // The compiled grammar of the request's structured output (null when it has none), or the 400
+  // naming its field.
+  protocol::ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>> CompileStructuredOutput(
+      const protocol::SamplingFields& fields);
+  // Counts an accepted constrained request in tinyserve_structured_output_requests_total.
+  void CountStructuredOutput(const protocol::SamplingFields& fields) const;
 
   void HandleCompletions(const httplib::Request& req, httplib::Response& res);
   void HandleChat(const httplib::Request& req, httplib::Response& res);
@@ -133,6 +145,10 @@ class OpenAiRoutes {
   const OpenAiContext context_;
   const int64_t created_;  // Unix seconds at start (the model's "created")
   AdmissionGate gate_;
+  // Structured outputs: the vocabulary every grammar is compiled for (the engine's vocab_size),
+  // and the compiled grammars (thread-safe).
+  std::shared_ptr<const structured::Vocabulary> structured_vocabulary_;
+  structured::GrammarCache grammar_cache_;
   // The writer for the next stream (round robin), or null (written by its HTTP worker).
   SseWriter* NextSseWriter();
 

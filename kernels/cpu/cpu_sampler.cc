@@ -91,14 +91,24 @@ void CpuSampler::ApplyPenalties(const SamplingSpec& sp, const PenaltyState& hist
   }
 }
 
-int32_t CpuSampler::RawFallback(const SamplingSpec& sp, const float* logits) const {
-  const std::vector<int32_t>& allowed = sp.allowed_token_ids;
-  if (allowed.empty()) return Argmax(logits, vocab_size_);
-  int32_t best = allowed[0];
-  for (int32_t t : allowed) {
-    if (logits[t] > logits[best] || (logits[t] == logits[best] && t < best)) best = t;
+int32_t CpuSampler::RawFallback(const SampleRow& row, const float* logits) const {
+  const std::vector<int32_t>& allowed = row.spec->allowed_token_ids;
+  // The first maximum (in id order) among the candidates the bitmask allows; when it allows none
+  // of them, among all of the candidates.
+  for (const uint32_t* bitmask : {row.token_bitmask, static_cast<const uint32_t*>(nullptr)}) {
+    int32_t best = -1;
+    auto consider = [&](int32_t t) {
+      if (!BitmaskAllows(bitmask, t)) return;
+      if (best < 0 || logits[t] > logits[best] || (logits[t] == logits[best] && t < best)) best = t;
+    };
+    if (allowed.empty()) {
+      for (int32_t t = 0; t < vocab_size_; ++t) consider(t);
+    } else {
+      for (int32_t t : allowed) consider(t);
+    }
+    if (best >= 0) return best;
   }
-  return best;
+  return 0;  // unreachable: the second pass considers every candidate
 }
 
 void CpuSampler::MaskStops(const SamplingSpec& sp, float* x) {
@@ -143,8 +153,9 @@ int32_t CpuSampler::Sample(const SampleRow& row, const float* logits, TokenLogpr
   const bool mask_stops = row.output_index < static_cast<uint64_t>(std::max(sp.min_tokens, 0));
   const bool has_penalties = sp.has_penalties();
   int32_t token;
+  const uint32_t* bitmask = row.token_bitmask;
   if (sp.is_greedy() && !mask_stops && !has_penalties && sp.logit_bias.empty() &&
-      sp.allowed_token_ids.empty()) {
+      sp.allowed_token_ids.empty() && bitmask == nullptr) {
     token = Argmax(logits, v);  // the common fast path: no copy
   } else {
     float* x = x_.data();
@@ -154,6 +165,11 @@ int32_t CpuSampler::Sample(const SampleRow& row, const float* logits, TokenLogpr
       std::fill(x, x + v, kNegInf);
       for (int32_t t : sp.allowed_token_ids) x[t] = logits[t];
     }
+    if (bitmask != nullptr) {
+      for (int32_t t = 0; t < v; ++t) {
+        if (!BitmaskAllows(bitmask, t)) x[t] = kNegInf;
+      }
+    }
     if (mask_stops) MaskStops(sp, x);
     for (const auto& [t, bias] : sp.logit_bias) x[t] += bias;
     if (has_penalties) {
@@ -162,7 +178,7 @@ int32_t CpuSampler::Sample(const SampleRow& row, const float* logits, TokenLogpr
     }
     const int32_t best = Argmax(x, v);  // one pass: the all -inf check, greedy, and the max
     if (x[best] == kNegInf) {
-      token = RawFallback(sp, logits);
+      token = RawFallback(row, logits);
     } else if (sp.is_greedy()) {
       token = best;
     } else {
@@ -228,7 +244,7 @@ int32_t CpuSampler::Sample(const SampleRow& row, const float* logits, TokenLogpr
         cum += std::exp(static_cast<double>(x[i]) - max);
         if (cum > target) break;
       }
-      if (token < 0) token = RawFallback(sp, logits);  // NaN weights
+      if (token < 0) token = RawFallback(row, logits);  // NaN weights
     }
   }
   if (sp.num_logprobs >= 0) {

@@ -4,9 +4,9 @@
 // device.
 //
 // Order: raw logprobs (log-softmax of the raw logits) when asked; allowed_token_ids masks every
-// other token; min_tokens masks EOS and the stop token ids (not in a step where that would mask
-// every token left); logit_bias is added; repetition (prompt + outputs), frequency and presence
-// (outputs) penalties;
+// other token, and the row's token_bitmask (when given) every token whose bit is 0; min_tokens
+// masks EOS and the stop token ids (not in a step where that would mask every token left);
+// logit_bias is added; repetition (prompt + outputs), frequency and presence (outputs) penalties;
 // greedy argmax (first maximum wins) when temperature < 1e-5; else temperature, min_p, top_k
 // (ties at the k-th value kept), top_p (smallest set reaching top_p, the most likely always kept),
 // and one draw u in [0, 1) from Philox4x32-10 keyed by the request's seed with counter = the output
@@ -15,7 +15,8 @@
 // seeded outputs do not depend on batching or preemption, and a CUDA kernel can reproduce them.
 //
 // If the processing leaves every token at -inf (a penalty overflowing every allowed logit), the
-// token is the raw argmax among the allowed ids (all ids when none are given).
+// token is the raw argmax among the allowed ids (all ids when none are given) that the bitmask
+// allows (all of them when the bitmask allows none of those).
 //
 // Every reduction (argmax, sums, sorts) runs in one fixed order over the row, so a row's token
 // depends on nothing but the row, its spec and history, and the output index.
@@ -53,7 +54,7 @@ class CpuSampler {
   // that leaves no finite entry: then `x` is left as it was.
   void MaskStops(const SamplingSpec& sp, float* x);
   // The token when processing left none: the raw argmax among the allowed ids (or all).
-  int32_t RawFallback(const SamplingSpec& sp, const float* logits) const;
+  int32_t RawFallback(const SampleRow& row, const float* logits) const;
 
   const int32_t vocab_size_;
   std::vector<float> x_;                           // [vocab] processed logits

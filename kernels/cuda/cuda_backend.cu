@@ -96,9 +96,9 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     ClearGraphs();
     for (void* p : retired_) cudaFree(p);
-    for (void* p :
-         {d_sample_rows_, d_ids_, d_bias_, d_sample_scratch_, d_results_, d_top_, d_penalty_tokens_,
-          static_cast<void*>(d_in_prompt_), static_cast<void*>(d_output_counts_)}) {
+    for (void* p : {d_sample_rows_, d_ids_, d_bias_, d_bitmask_, d_sample_scratch_, d_results_,
+                    d_top_, d_penalty_tokens_, static_cast<void*>(d_in_prompt_),
+                    static_cast<void*>(d_output_counts_)}) {
       if (p != nullptr) cudaFree(p);
     }
     if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
@@ -315,6 +315,9 @@ class CudaBackend final : public Backend {
     h_rows_.assign(n, cuda::DeviceSampleRow{});
     h_ids_.clear();
     h_bias_.clear();
+    h_bitmask_.clear();
+    h_bitmask_row_.clear();
+    const int32_t words = (vocab + 31) / 32;
     bool processed = false;
     int32_t top_stride = 0;
     for (int32_t i = 0; i < n; ++i) {
@@ -364,8 +367,14 @@ class CudaBackend final : public Backend {
         h_ids_.push_back(id);
         h_bias_.push_back(bias);
       }
-      processed =
-          processed || d.num_allowed > 0 || d.mask_stops || d.num_bias > 0 || d.penalty_slot >= 0;
+      if (rows[i].token_bitmask != nullptr) {
+        // Structured outputs: every masked row's words go up in one copy below.
+        if (h_bitmask_row_.empty()) h_bitmask_row_.assign(n, -1);
+        h_bitmask_row_[i] = static_cast<int32_t>(h_bitmask_.size() / words);
+        h_bitmask_.insert(h_bitmask_.end(), rows[i].token_bitmask, rows[i].token_bitmask + words);
+      }
+      processed = processed || d.num_allowed > 0 || d.mask_stops || d.num_bias > 0 ||
+                  d.penalty_slot >= 0 || rows[i].token_bitmask != nullptr;
       if (sp.num_logprobs >= 0) top_stride = std::max(top_stride, std::min(sp.num_logprobs, vocab));
     }
     h_bias_.resize(h_ids_.size(), 0.0f);
@@ -385,6 +394,17 @@ class CudaBackend final : public Backend {
       CopyToDevice(d_bias, h_bias_.data(), 4 * h_bias_.size());
       a.ids = d_ids;
       a.bias = d_bias;
+    }
+    if (!h_bitmask_.empty()) {
+      auto* d_mask = static_cast<uint32_t*>(
+          Scratch(&d_bitmask_, &d_bitmask_bytes_, 4 * (h_bitmask_.size() + h_bitmask_row_.size())));
+      if (d_mask == nullptr) return error_;
+      // One upload: the masked rows' words, then the per-row index.
+      for (int32_t r : h_bitmask_row_) h_bitmask_.push_back(static_cast<uint32_t>(r));
+      CopyToDevice(d_mask, h_bitmask_.data(), 4 * h_bitmask_.size());
+      a.bitmask = d_mask;
+      a.bitmask_row = reinterpret_cast<const int32_t*>(d_mask + h_bitmask_.size() - n);
+      a.bitmask_words = words;
     }
     a.in_prompt = d_in_prompt_;
     a.output_counts = d_output_counts_;
@@ -661,6 +681,8 @@ class CudaBackend final : public Backend {
   size_t d_sample_rows_bytes_ = 0;
   void* d_ids_ = nullptr;
   size_t d_ids_bytes_ = 0;
+  void* d_bitmask_ = nullptr;  // structured-output masks of a SampleRows call
+  size_t d_bitmask_bytes_ = 0;
   void* d_bias_ = nullptr;
   size_t d_bias_bytes_ = 0;
   void* d_sample_scratch_ = nullptr;
@@ -672,6 +694,8 @@ class CudaBackend final : public Backend {
   void* d_penalty_tokens_ = nullptr;
   size_t d_penalty_tokens_bytes_ = 0;
   std::vector<cuda::DeviceSampleRow> h_rows_;
+  std::vector<uint32_t> h_bitmask_;     // the masked rows' words, then (uploaded) their rows
+  std::vector<int32_t> h_bitmask_row_;  // [n] a row's mask, -1 = none (when any row has one)
   std::vector<int32_t> h_ids_;
   std::vector<float> h_bias_;
   std::vector<cuda::SampleResult> h_results_;

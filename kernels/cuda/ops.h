@@ -118,9 +118,14 @@ static_assert(sizeof(DeviceSampleRow) == 80);
 struct SampleArgs {
   const float* logits = nullptr;  // [n, vocab]
   int32_t vocab = 0;
-  const DeviceSampleRow* rows = nullptr;   // [n]
-  const int32_t* ids = nullptr;            // the rows' allowed / stop / bias id lists
-  const float* bias = nullptr;             // logit_bias values, at the bias ids' offsets
+  const DeviceSampleRow* rows = nullptr;  // [n]
+  const int32_t* ids = nullptr;           // the rows' allowed / stop / bias id lists
+  const float* bias = nullptr;            // logit_bias values, at the bias ids' offsets
+  // Structured-output masks (SampleRow::token_bitmask): row i's mask is bitmask + bitmask_row[i] *
+  // bitmask_words; bitmask_row null (no row masked) or [n] with -1 = none.
+  const uint32_t* bitmask = nullptr;  // [num_masked_rows, bitmask_words]
+  const int32_t* bitmask_row = nullptr;
+  int32_t bitmask_words = 0;
   const int32_t* in_prompt = nullptr;      // [slots, vocab] 0/1: the id occurs in the prompt
   const int32_t* output_counts = nullptr;  // [slots, vocab] occurrences among the outputs
   float* scratch = nullptr;         // [n, vocab] processed rows (rows with lists or penalties)

@@ -1,10 +1,11 @@
 // The CUDA backend's sampling kernels (kernels/cuda/ops.h): one block of kThreads per row. The CPU
 // twin is CpuSampler (kernels/cpu/cpu_sampler.cc); each step below names the CPU lines it follows.
 //
-// A row whose request uses allowed_token_ids, min_tokens stop masks, logit_bias or penalties is
-// first processed into its own scratch row (allowed mask, stop mask, bias, penalties: the CPU's
-// order); the sampling passes then read the processed row, the logprobs the raw one. Every mask
-// after that is a pure function of the row and a few thresholds found by block-wide passes.
+// A row whose request uses allowed_token_ids, a structured-output token bitmask, min_tokens stop
+// masks, logit_bias or penalties is first processed into its own scratch row (allowed mask and
+// bitmask, stop mask, bias, penalties: the CPU's order); the sampling passes then read the
+// processed row, the logprobs the raw one. Every mask after that is a pure function of the row and
+// a few thresholds found by block-wide passes.
 //
 // Batch invariance (issue 15): a row is one block of a fixed kThreads, and every sum over it has a
 // fixed order (BlockSumD's fixed tree, the in-order chunk scan, integer histograms and counts), so
@@ -176,10 +177,10 @@ __device__ void RowLogprobs(const float* l, int32_t V, int token, int n, int raw
   }
 }
 
-// x [V] = the row's logits with every id outside allowed_token_ids at -inf (CpuSampler::Sample's
-// copy). Ends with a barrier.
+// x [V] = the row's logits with every id outside allowed_token_ids, and every id whose bit in
+// `mask` (null: none) is 0, at -inf (CpuSampler::Sample's copy). Ends with a barrier.
 __device__ void CopyAllowed(const float* l, int32_t V, const DeviceSampleRow& p, const int32_t* ids,
-                            float* x) {
+                            const uint32_t* mask, float* x) {
   const int tid = threadIdx.x;
   if (p.num_allowed == 0) {
     for (int i = tid; i < V; i += kThreads) x[i] = l[i];
@@ -190,6 +191,12 @@ __device__ void CopyAllowed(const float* l, int32_t V, const DeviceSampleRow& p,
     for (int j = tid; j < p.num_allowed; j += kThreads) x[allowed[j]] = l[allowed[j]];
   }
   __syncthreads();
+  if (mask != nullptr) {
+    for (int i = tid; i < V; i += kThreads) {
+      if (((mask[i >> 5] >> (i & 31)) & 1u) == 0) x[i] = -INFINITY;
+    }
+    __syncthreads();
+  }
 }
 
 // ---- the kernels ------------------------------------------------------------------------------
@@ -216,10 +223,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
   const float* x = l;
   int best = raw_argmax;
   int token = -1;
-  const bool processed = p.num_allowed > 0 || p.mask_stops || p.num_bias > 0 || p.penalty_slot >= 0;
+  const int32_t mask_row = a.bitmask_row != nullptr ? a.bitmask_row[row] : -1;
+  const uint32_t* mask =
+      mask_row >= 0 ? a.bitmask + static_cast<size_t>(mask_row) * a.bitmask_words : nullptr;
+  const bool processed =
+      p.num_allowed > 0 || p.mask_stops || p.num_bias > 0 || p.penalty_slot >= 0 || mask != nullptr;
   if (processed) {
     float* xs = a.scratch + row * V;
-    CopyAllowed(l, V, p, a.ids, xs);
+    CopyAllowed(l, V, p, a.ids, mask, xs);
     if (p.mask_stops) {
       const int32_t* stops = a.ids + p.stop_offset;
       for (int j = tid; j < p.num_stops; j += kThreads) xs[stops[j]] = -INFINITY;
@@ -227,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
       int any = 0;
       for (int i = tid; i < V && !any; i += kThreads) any = xs[i] > -INFINITY;
       // Masking would leave no token: this step is not masked (the CPU restores what it masked).
-      if (BlockMaxI(any, shi) == 0) CopyAllowed(l, V, p, a.ids, xs);
+      if (BlockMaxI(any, shi) == 0) CopyAllowed(l, V, p, a.ids, mask, xs);
     }
     if (p.num_bias > 0 && tid == 0) {  // one thread, in list order: repeated ids add as on the CPU
       const int32_t* bias_ids = a.ids + p.bias_offset;
@@ -434,11 +445,23 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs a) {
     __syncthreads();
   }
   if (token < 0) {
-    // CpuSampler::RawFallback: the raw argmax among the allowed ids (all ids when none are given).
-    if (p.num_allowed == 0) {
+    // CpuSampler::RawFallback: the raw argmax among the allowed ids (all ids when none are given)
+    // that the mask allows; among all of those when there is no mask or it allows none of them.
+    const int32_t* allowed = a.ids + p.allowed_offset;
+    if (mask != nullptr) {
+      const int32_t num = p.num_allowed == 0 ? V : p.num_allowed;
+      float bv = -INFINITY;
+      int bi = INT_MAX;
+      for (int j = tid; j < num; j += kThreads) {
+        const int t = p.num_allowed == 0 ? j : allowed[j];
+        if (((mask[t >> 5] >> (t & 31)) & 1u) != 0) Better(bv, bi, l[t], t);
+      }
+      const int pick = BlockArgMax(bv, bi, shf, shi);
+      if (pick != INT_MAX) token = pick;
+    }
+    if (token < 0 && p.num_allowed == 0) {
       token = raw_argmax;
-    } else {
-      const int32_t* allowed = a.ids + p.allowed_offset;
+    } else if (token < 0) {
       float bv = -INFINITY;
       int bi = INT_MAX;
       for (int j = tid; j < p.num_allowed; j += kThreads) Better(bv, bi, l[allowed[j]], allowed[j]);

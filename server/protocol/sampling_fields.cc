@@ -197,10 +197,6 @@ std::optional<ApiError> ParseAllowedTokenIds(const nlohmann::json& body, int32_t
 // Fields vLLM honours that this server does not: refused (400) rather than silently ignored,
 // since ignoring them changes what the client gets.
 std::optional<ApiError> RejectUnsupported(const nlohmann::json& body) {
-  auto present = [&](const char* key) {
-    auto it = body.find(key);
-    return it != body.end() && !it->is_null() ? &*it : nullptr;
-  };
   bool beam_search = false;
   TS_RETURN_IF_API_ERROR(GetBool(body, "use_beam_search", "use_beam_search", &beam_search));
   if (beam_search) {
@@ -210,25 +206,6 @@ std::optional<ApiError> RejectUnsupported(const nlohmann::json& body) {
   TS_RETURN_IF_API_ERROR(GetInt32(body, "best_of", "best_of", &best_of));
   if (best_of && *best_of != 1) {
     return ApiError::BadRequest("best_of is not supported by this server; use n.", "best_of");
-  }
-  // Compared in place: copying a member of the request (json::value) would copy its subtree.
-  auto is_text_format = [](const nlohmann::json& v) {
-    if (!v.is_object()) return false;
-    const auto type = v.find("type");
-    return type != v.end() && type->is_string() && type->get_ref<const std::string&>() == "text";
-  };
-  if (const nlohmann::json* v = present("response_format"); v != nullptr && !is_text_format(*v)) {
-    return ApiError::BadRequest(
-        "Only `response_format` {\"type\": \"text\"} is supported by this server (no structured "
-        "output).",
-        "response_format");
-  }
-  for (const char* key :
-       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
-    if (present(key) != nullptr) {
-      return ApiError::BadRequest(
-          std::string("Guided decoding (`") + key + "`) is not supported by this server.", key);
-    }
   }
   return std::nullopt;
 }
@@ -343,6 +320,7 @@ std::optional<ApiError> ParseSamplingFields(const nlohmann::json& body, int32_t 
   }
   std::optional<std::string> user;
   TS_RETURN_IF_API_ERROR(GetString(body, "user", "user", &user));
+  TS_RETURN_IF_API_ERROR(ParseStructuredOutput(body, &f.structured));
   return std::nullopt;
 }
 

@@ -30,8 +30,10 @@
 //                                         but the first; [0, kMaxLogprobs], -1 = the vocabulary
 //                                         (so over the cap unless it is tiny); > 0 not with stream
 //   user                         ignored
-//   use_beam_search, best_of (> 1), response_format (but {"type": "text"}), guided_json,
-//   guided_regex, guided_choice, guided_grammar, structured_outputs: 400, not supported here
+//   response_format, structured_outputs, guided_json, guided_regex, guided_choice, guided_grammar,
+//   guided_whitespace_pattern: one structured-output constraint (server/protocol/
+//                                         structured_fields.h)
+//   use_beam_search, best_of (> 1):  400, not supported here
 // max_tokens and logprobs are spelled differently per endpoint; each parser fills them.
 // Plain values and pure functions.
 #pragma once
@@ -45,6 +47,7 @@
 
 #include "engine/sampling_params.h"
 #include "server/protocol/api_error.h"
+#include "server/protocol/structured_fields.h"
 
 namespace tinyserve::protocol {
 
@@ -81,6 +84,7 @@ struct SamplingFields {
   std::optional<int32_t> logprobs;  // top-n logprobs per generated token for the engine; [0, 20]
   std::optional<int32_t> prompt_logprobs;         // top-n per prompt token; [0, 20]
   std::optional<int32_t> truncate_prompt_tokens;  // -1 or >= 1
+  std::optional<StructuredOutput> structured;     // the output's constraint; nullopt: none
 
   bool include_usage() const { return stream_options && stream_options->include_usage; }
 };

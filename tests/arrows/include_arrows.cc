@@ -9,9 +9,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kParts[] = {"bench/serve", "base",    "kernels", "engine",
-                                       "models",      "metrics", "server",  "app",
-                                       "bench",       "tests",   "fuzz"};
+constexpr std::string_view kParts[] = {"bench/serve", "base",   "kernels", "structured",
+                                       "engine",      "models", "metrics", "server",
+                                       "app",         "bench",  "tests",   "fuzz"};
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
@@ -38,10 +38,11 @@ std::string Join(const std::string_view (&list)[N]) {
 
 // The parts `from` may include besides itself.
 std::vector<std::string_view> AllowedParts(std::string_view from) {
-  if (from == "kernels" || from == "engine" || from == "bench/serve") return {"base"};
+  if (from == "kernels" || from == "structured" || from == "bench/serve") return {"base"};
+  if (from == "engine") return {"base", "structured"};
   if (from == "models") return {"kernels", "base"};
   if (from == "metrics") return {"base"};
-  if (from == "server") return {"engine", "metrics", "models", "base"};
+  if (from == "server") return {"engine", "metrics", "models", "structured", "base"};
   return {};
 }
 

@@ -7,10 +7,11 @@
 // The parts and their arrows (a part may always include its own headers):
 //   base     -> nothing of ours (the leaf)
 //   kernels  -> base
-//   engine   -> base
+//   structured -> base                                (constrained decoding: grammars, matchers)
+//   engine   -> base, structured
 //   models   -> kernels, base, engine's executor interface (kExecutorInterface)
 //   metrics  -> base, engine's observer interface (kObserverInterface)
-//   server   -> engine, metrics, models, base        (server/protocol is part of server)
+//   server   -> engine, metrics, models, structured, base   (server/protocol is part of server)
 //   bench/serve -> base                               (the load generator's library)
 //   app, bench, tests, fuzz -> everything (they wire the parts)
 #pragma once
@@ -37,8 +38,9 @@ struct Include {
 // Every #include of `text` (quoted or angled), in order.
 std::vector<Include> ParseIncludes(std::string_view text);
 
-// The part a repository-relative path belongs to: "base", "kernels", "engine", "models",
-// "metrics", "server", "bench/serve", "app", "bench", "tests", "fuzz"; empty for anything else.
+// The part a repository-relative path belongs to: "base", "kernels", "structured", "engine",
+// "models", "metrics", "server", "bench/serve", "app", "bench", "tests", "fuzz"; empty for anything
+// else.
 std::string PartOf(std::string_view path);
 
 // Returns "" if `from` (a repository-relative source path) may include `target` (a

@@ -46,6 +46,7 @@ TEST(IncludeArrowsTest, PartsAreTheTopFoldersAndBenchServe) {
   EXPECT_EQ(PartOf("bench/serve/runner.h"), "bench/serve");
   EXPECT_EQ(PartOf("bench/decode_bench.cc"), "bench");
   EXPECT_EQ(PartOf("base/status.h"), "base");
+  EXPECT_EQ(PartOf("structured/grammar.h"), "structured");
   EXPECT_EQ(PartOf("basement/x.h"), "");
   EXPECT_EQ(PartOf("vector"), "");
   EXPECT_EQ(PartOf("nlohmann/json.hpp"), "");
@@ -75,6 +76,9 @@ TEST(IncludeArrowsTest, AScratchTreeWithForbiddenIncludesReportsEachOne) {
         "#include \"kernels/backend.h\"\n#include \"metrics/x.h\"\n");
   Write(root, "metrics/obs.cc", "#include \"engine/events.h\"\n#include \"engine/request.h\"\n");
   Write(root, "server/y.cc", "#include \"models/model_runner.h\"\n#include \"kernels/device.h\"\n");
+  Write(root, "structured/bad.cc", "#include \"engine/request.h\"\n#include \"base/utf8.h\"\n");
+  Write(root, "engine/uses_grammar.cc", "#include \"structured/grammar.h\"\n");
+  Write(root, "server/uses_grammar.cc", "#include \"structured/grammar.h\"\n");
   Write(root, "base/z.h", "#include \"base/status.h\"\n#include \"engine/events.h\"\n");
   Write(root, "app/main.cc", "#include \"kernels/device.h\"\n#include \"server/http_server.h\"\n");
   Write(root, "bench/serve/client.cc", "#include \"engine/engine_core.h\"\n");
@@ -90,8 +94,8 @@ TEST(IncludeArrowsTest, AScratchTreeWithForbiddenIncludesReportsEachOne) {
       "§1), not engine",
       "bench/serve/client.cc:1: includes \"engine/engine_core.h\": bench/serve may include only "
       "base and itself (DESIGN §1), not engine",
-      "engine/x.cc:1: includes \"kernels/backend.h\": engine may include only base and itself "
-      "(DESIGN §1), not kernels",
+      "engine/x.cc:1: includes \"kernels/backend.h\": engine may include only base, structured "
+      "and itself (DESIGN §1), not kernels",
       "engine/x.cc:2: includes \"../kernels/backend.h\": climbs out of its folder; include by the "
       "path from the repository root",
       "kernels/bad.cc:2: includes \"engine/status.h\": kernels may include only base and itself "
@@ -106,10 +110,12 @@ TEST(IncludeArrowsTest, AScratchTreeWithForbiddenIncludesReportsEachOne) {
       "models/runner.cc:4: includes \"metrics/x.h\": models may include only kernels, base and "
       "itself (DESIGN §1), not metrics",
       "server/y.cc:2: includes \"kernels/device.h\": server may include only engine, metrics, "
-      "models, base and itself (DESIGN §1), not kernels",
+      "models, structured, base and itself (DESIGN §1), not kernels",
+      "structured/bad.cc:1: includes \"engine/request.h\": structured may include only base and "
+      "itself (DESIGN §1), not engine",
   };
   EXPECT_EQ(got, want);
-  EXPECT_EQ(num_files, 14);
+  EXPECT_EQ(num_files, 17);
   fs::remove_all(root);
 }
 

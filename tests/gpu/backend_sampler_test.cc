@@ -327,6 +327,54 @@ TEST_P(BackendSamplerTest, EveryFeatureMatchesTheCpuRulesOnAwkwardSizes) {
   }
 }
 
+// Structured-output token bitmasks (SampleRow::token_bitmask) on top of every feature, on vocab
+// sizes that leave the last mask word partial: the backend's token is the CPU rules' token. Masks
+// range from dense to a single token, to none allowed (the fallback), to no mask at all.
+TEST_P(BackendSamplerTest, TokenBitmasksMatchTheCpuRulesOnAwkwardSizes) {
+  std::mt19937 rng(23);
+  for (int32_t v : {33, 1000}) {
+    for (int32_t n : {1, 6, 41}) {
+      SCOPED_TRACE("vocab " + std::to_string(v) + ", rows " + std::to_string(n));
+      const std::vector<float> logits = RandomLogits(rng, n, v);
+      const int32_t words = (v + 31) / 32;
+      std::vector<Case> cases;
+      std::vector<std::vector<uint32_t>> masks(n, std::vector<uint32_t>(words, 0u));
+      for (int32_t r = 0; r < n; ++r) {
+        cases.push_back(MakeCase((3 * r + n) % kNumKinds, &logits[static_cast<size_t>(r) * v], v,
+                                 500 + 17 * r + n, rng));
+        const int shape = r % 5;  // 0: half, 1: one token, 2: none, 3: a few, 4: no mask
+        for (int32_t t = 0; t < v; ++t) {
+          const bool on = shape == 0   ? rng() % 2 == 0
+                          : shape == 1 ? t == (r * 7) % v
+                          : shape == 3 ? rng() % 97 < 4
+                                       : false;
+          if (on) masks[r][t / 32] |= 1u << (t % 32);
+        }
+      }
+      std::vector<SampleRow> rows = Rows(cases, v);
+      for (int32_t r = 0; r < n; ++r) {
+        if (r % 5 != 4) rows[r].token_bitmask = masks[r].data();
+      }
+      DeviceBuffer d = Upload(logits);
+      const std::vector<TokenLogprobs> got = Sample(d.as<float>(), v, rows);
+      CpuSampler cpu(v);
+      for (int32_t r = 0; r < n; ++r) {
+        SCOPED_TRACE("row " + std::to_string(r) + ", kind " +
+                     std::to_string((3 * r + n) % kNumKinds) + ", mask " + std::to_string(r % 5));
+        const float* row = &logits[static_cast<size_t>(r) * v];
+        SampleRow ref{&cases[r].spec, &cases[r].penalties, cases[r].output_index};
+        ref.token_bitmask = rows[r].token_bitmask;
+        TokenLogprobs want;
+        want.token_id = cpu.Sample(ref, row, &want);
+        ExpectSame(got[r], want, cases[r].spec.num_logprobs);
+        if (r % 5 == 1 && cases[r].spec.allowed_token_ids.empty()) {
+          EXPECT_EQ(got[r].token_id, (r * 7) % v);  // the one token the mask allows
+        }
+      }
+    }
+  }
+}
+
 // The features change the token where they should (so the comparison above is not vacuous).
 TEST_P(BackendSamplerTest, FeaturesMoveTheToken) {
   const int32_t v = 4099;

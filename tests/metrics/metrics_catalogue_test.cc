@@ -78,6 +78,10 @@ const std::vector<Expected>& Catalogue() {
        "counter",
        {"reason"},
        {{"kv_full", "priority"}}},
+      {"tinyserve_structured_output_requests_total",
+       "counter",
+       {"kind"},
+       {{"json_object", "json", "regex", "choice", "grammar"}}},
   };
   return kCatalogue;
 }

@@ -69,5 +69,25 @@ TEST_F(StatsLoggerTest, WaitingRequestsAloneAreBusy) {
   EXPECT_NE(lines_[0].find("KV cache usage: 100.0%"), std::string::npos);
 }
 
+// Steps with grammar-masked rows add the mask time per such step to the line (steps without
+// any do not count in the average).
+TEST_F(StatsLoggerTest, StructuredOutputMaskTimeIsPerMaskedStep) {
+  SchedulerStats a = Step(0, 4, 2, 0, 0.5);
+  a.num_structured_seqs = 2;
+  a.structured_mask_seconds = 0.001;
+  SchedulerStats b = Step(0, 4, 2, 0, 0.5);
+  b.num_structured_seqs = 3;
+  b.structured_mask_seconds = 0.002;
+  logger_.OnStep(a);
+  logger_.OnStep(Step(0, 4, 2, 0, 0.5));  // no masks: not in the average
+  clock_.Advance(5.0);
+  logger_.OnStep(b);
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_EQ(lines_[0],
+            "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 2.4 "
+            "tokens/s, Running: 2 reqs, Waiting: 0 reqs, Preemptions: 0, KV cache usage: 50.0%, "
+            "Prefix cache hit rate: 0.0%, Structured output mask: 1.500 ms/step (5 rows)");
+}
+
 }  // namespace
 }  // namespace tinyserve

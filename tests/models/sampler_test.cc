@@ -194,6 +194,68 @@ TEST(SamplerTest, AllowedTokenIdsMaskEveryOtherToken) {
   EXPECT_EQ(out.top[0].first, 1);
 }
 
+// A structured-output bitmask (kernels/sampling.h layout) masks like allowed_token_ids, on top of
+// it, on vocabularies that do not fill the last word; the fallback respects it too.
+TEST(SamplerTest, TokenBitmaskMasksEveryTokenWhoseBitIsZero) {
+  for (int32_t v : {5, 33, 64, 1000}) {
+    CpuSampler cpu(v);
+    std::vector<float> logits(v);
+    for (int32_t t = 0; t < v; ++t) logits[t] = static_cast<float>((t * 37) % 101) / 100.0f;
+    std::vector<uint32_t> mask((v + 31) / 32, 0u);
+    const std::vector<int32_t> allowed = {1, v - 1, v / 2};
+    for (int32_t t : allowed) mask[t / 32] |= 1u << (t % 32);
+    SamplingSpec greedy;
+    greedy.temperature = 0.0f;
+    int32_t want = allowed[0];
+    for (int32_t t : allowed) {
+      if (logits[t] > logits[want] || (logits[t] == logits[want] && t < want)) want = t;
+    }
+    SampleRow row{&greedy, nullptr, 0};
+    row.token_bitmask = mask.data();
+    EXPECT_EQ(cpu.Sample(row, logits.data(), nullptr), want) << "v=" << v;
+    // Random draws only ever land on allowed bits.
+    SamplingSpec random;
+    std::set<int32_t> seen;
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      random.seed = seed;
+      SampleRow r{&random, nullptr, seed};
+      r.token_bitmask = mask.data();
+      seen.insert(cpu.Sample(r, logits.data(), nullptr));
+    }
+    EXPECT_EQ(seen, std::set<int32_t>(allowed.begin(), allowed.end())) << "v=" << v;
+    // With allowed_token_ids as well: the intersection.
+    SamplingSpec both = greedy;
+    both.allowed_token_ids = {0, v - 1};
+    SampleRow b{&both, nullptr, 0};
+    b.token_bitmask = mask.data();
+    EXPECT_EQ(cpu.Sample(b, logits.data(), nullptr), v - 1) << "v=" << v;
+    // A null bitmask changes nothing.
+    SampleRow plain{&greedy, nullptr, 0};
+    int32_t argmax = 0;
+    for (int32_t t = 1; t < v; ++t) argmax = logits[t] > logits[argmax] ? t : argmax;
+    EXPECT_EQ(cpu.Sample(plain, logits.data(), nullptr), argmax) << "v=" << v;
+  }
+}
+
+// Every allowed logit overflowed to -inf by a penalty: the fallback still picks an allowed bit.
+TEST(SamplerTest, AllMinusInfinityFallbackStaysInsideTheBitmask) {
+  CpuSampler cpu(40);
+  std::vector<float> logits(40, -1e38f);
+  logits[7] = 3.0f;  // the raw argmax, not allowed
+  logits[35] = -1e38f;
+  logits[36] = -2e37f;  // the best allowed raw logit
+  std::vector<uint32_t> mask(2, 0u);
+  mask[1] = (1u << (35 - 32)) | (1u << (36 - 32));
+  SamplingSpec sp;
+  sp.temperature = 0.0f;
+  sp.repetition_penalty = 1e30f;  // negative logits * 1e30 -> -inf
+  PenaltyState history;
+  history.Reset({35, 36}, 2);
+  SampleRow row{&sp, &history, 0};
+  row.token_bitmask = mask.data();
+  EXPECT_EQ(cpu.Sample(row, logits.data(), nullptr), 36);
+}
+
 // Stop ids covering every token the request may sample (the vocabulary, or all of its allowed
 // ids) with min_tokens: masking would leave nothing to draw, so that step is not masked. (The
 // random draw used to find no token and return -1.)

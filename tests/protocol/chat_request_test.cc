@@ -134,9 +134,8 @@ TEST(ChatRequestTest, BadInputsGive400NamingTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools", nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}],
            "response_format": {"type": "json_schema", "json_schema": {}}})",
-       "response_format",
-       "Only `response_format` {\"type\": \"text\"} is supported by this server (no structured "
-       "output)."},
+       "response_format.json_schema.name",
+       "`response_format.json_schema.name` is required (a non-empty string)."},
       {R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 21})",
        "prompt_logprobs", "Requested prompt logprobs of 21, which is greater than max allowed: 20"},
   };
