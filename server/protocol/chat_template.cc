@@ -129,9 +129,9 @@ constexpr const char* kSmolLM2System =
 }  // namespace
 
 const std::vector<std::string>& KnownChatTemplates() {
-  static const auto* names =
-      new std::vector<std::string>{"plain",   "chatml",  "qwen2",     "qwen2.5",   "smollm2", "zephyr",
-                                   "llama-2", "llama-3", "llama-3.1", "llama-3.2", "mistral"};
+  static const auto* names = new std::vector<std::string>{
+      "plain",   "chatml",  "qwen2",     "qwen2.5",   "smollm2", "zephyr",
+      "llama-2", "llama-3", "llama-3.1", "llama-3.2", "mistral"};
   return *names;
 }
 

@@ -60,8 +60,8 @@ struct ChatMessage {
   ChatMessage(std::string role_in, std::string content_in)
       : role(std::move(role_in)), content(std::move(content_in)) {}
 
-  std::string role;     // "system", "user", "assistant" or "tool"
-  std::string content;  // "" for a null content
+  std::string role;                      // "system", "user", "assistant" or "tool"
+  std::string content;                   // "" for a null content
   std::vector<ChatToolCall> tool_calls;  // an assistant message's calls (tool_spec.h)
   std::string tool_call_id;              // a tool message's: the call it answers
 
@@ -105,8 +105,8 @@ StatusOr<std::string> RenderChatTemplate(std::string_view name,
 
 // The special-token strings a prompt of template `name` may hold, with their ids: the
 // tokenizer's own special tokens (Tokenizer::special_tokens(): <|im_start|>, <|eot_id|>, ... of an
-// HF tokenizer.json), and for llama-2, zephyr and mistral "<s>" -> bos_id(), "</s>" -> eos_id() when the
-// tokenizer does not list them (llama2.c and GGUF vocabularies).
+// HF tokenizer.json), and for llama-2, zephyr and mistral "<s>" -> bos_id(), "</s>" -> eos_id()
+// when the tokenizer does not list them (llama2.c and GGUF vocabularies).
 std::vector<std::pair<std::string, int32_t>> ChatTemplateSpecialTokens(std::string_view name,
                                                                        const Tokenizer& tokenizer);
 

@@ -10,7 +10,8 @@
 //                the generic preamble of tool_templates.h.
 //   llama3_json  the output (after whitespace and an optional <|python_tag|>) starts with
 //                {"name": NAME, "parameters" | "arguments": {...}}; more calls may follow, each
-//                after an optional ";". Llama 3.1 / 3.2. An output that starts otherwise is content.
+//                after an optional ";". Llama 3.1 / 3.2. An output that starts otherwise is
+//                content.
 //   mistral      [TOOL_CALLS] [{"name": NAME, "arguments": {...} | "<json object>"}, ...] after any
 //                content; the array alone also counts at the start of the output (the detokenizer
 //                drops the special token). Mistral.
@@ -63,7 +64,7 @@ class ToolCallParser {
   ToolParseDelta Finish();
 
   const std::vector<ChatToolCall>& calls() const { return calls_; }  // all so far
-  const std::string& content() const { return content_; }           // all content so far
+  const std::string& content() const { return content_; }            // all content so far
 
  private:
   enum class State { kStart, kContent, kInBlock, kJsonSequence, kArray };
@@ -82,10 +83,10 @@ class ToolCallParser {
   const bool parallel_;
   const std::string id_seed_;
   State state_;
-  std::string buf_;         // text not yet resolved
-  std::string opener_;      // the text that opened the current block (content if it fails)
+  std::string buf_;          // text not yet resolved
+  std::string opener_;       // the text that opened the current block (content if it fails)
   bool skip_space_ = false;  // drop whitespace at the start of the next content (after a call)
-  int32_t num_parsed_ = 0;  // calls read, returned or dropped
+  int32_t num_parsed_ = 0;   // calls read, returned or dropped
   std::vector<ChatToolCall> calls_;
   std::string content_;
 };

@@ -45,9 +45,9 @@ std::optional<ApiError> ParseTool(const nlohmann::json& t, const Json* ordered,
   TS_RETURN_IF_API_ERROR(RequireObject(*f, fpath));
   TS_RETURN_IF_API_ERROR(ParseName(*f, fpath, &out->name));
   if (!IsValidToolName(out->name)) {
-    return ApiError::BadRequest("Invalid function name '" + out->name +
-                                    "': it must match [a-zA-Z0-9_-]{1,64}",
-                                fpath + ".name");
+    return ApiError::BadRequest(
+        "Invalid function name '" + out->name + "': it must match [a-zA-Z0-9_-]{1,64}",
+        fpath + ".name");
   }
   std::optional<std::string> description;
   TS_RETURN_IF_API_ERROR(GetString(*f, "description", fpath + ".description", &description));
@@ -61,12 +61,12 @@ std::optional<ApiError> ParseTool(const nlohmann::json& t, const Json* ordered,
                                   fpath + ".parameters");
     }
     if (auto ty = p->find("type"); ty != p->end() && !ty->is_string() && !ty->is_array()) {
-      return ApiError::BadRequest(Quoted(fpath + ".parameters.type") +
-                                      " must be a string or an array of strings",
-                                  fpath + ".parameters.type");
+      return ApiError::BadRequest(
+          Quoted(fpath + ".parameters.type") + " must be a string or an array of strings",
+          fpath + ".parameters.type");
     }
-    parameters = ordered != nullptr ? ordered->at("function").at("parameters")
-                                    : Json::parse(p->dump());
+    parameters =
+        ordered != nullptr ? ordered->at("function").at("parameters") : Json::parse(p->dump());
     out->parameters = parameters;
   }
   // vLLM's model_dump order: type, function {name, description, parameters, extras...}.
@@ -93,10 +93,10 @@ std::optional<ApiError> ParseToolChoice(const nlohmann::json& v, const std::vect
     } else if (s == "required") {
       out->kind = ToolChoice::Kind::kRequired;
     } else {
-      return ApiError::BadRequest(
-          "Invalid `tool_choice` '" + s + "'; expected 'none', 'auto', 'required' or " +
-              "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-          "tool_choice");
+      return ApiError::BadRequest("Invalid `tool_choice` '" + s +
+                                      "'; expected 'none', 'auto', 'required' or " +
+                                      "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                                  "tool_choice");
     }
   } else if (v.is_object()) {
     std::optional<std::string> type;
@@ -174,10 +174,9 @@ std::optional<ApiError> ParseToolFields(const nlohmann::json& body, const Json* 
       return ApiError::BadRequest("`tools` must be an array, got " + JsonTypePhrase(*it), "tools");
     }
     if (it->size() > kMaxTools) {
-      return ApiError::BadRequest(
-          "`tools` has " + std::to_string(it->size()) + " tools; at most " +
-              std::to_string(kMaxTools) + " are allowed",
-          "tools");
+      return ApiError::BadRequest("`tools` has " + std::to_string(it->size()) + " tools; at most " +
+                                      std::to_string(kMaxTools) + " are allowed",
+                                  "tools");
     }
     std::set<std::string> names;
     for (size_t i = 0; i < it->size(); ++i) {

@@ -206,8 +206,8 @@ StatusOr<RenderedChat> RenderMistral(const std::vector<ChatMessage>& messages,
       for (size_t c = 0; c < m.tool_calls.size(); ++c) {
         const ChatToolCall& call = m.tool_calls[c];
         if (Status s = check_id(call.id); !s.ok()) return s;
-        std::string fn = PythonJsonDumps(
-            Json{{"name", call.name}, {"arguments", ArgumentsOf(call)}});
+        std::string fn =
+            PythonJsonDumps(Json{{"name", call.name}, {"arguments", ArgumentsOf(call)}});
         fn.pop_back();  // the template's out[:-1]
         calls += fn + ", \"id\": \"" + call.id + "\"}";
         if (c + 1 < m.tool_calls.size()) calls += ", ";
