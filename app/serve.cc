@@ -25,6 +25,7 @@
 #include "server/kv_event_publisher.h"
 #include "server/kv_events_config.h"
 #include "server/protocol/chat_template.h"
+#include "server/protocol/tool_parser.h"
 
 namespace tinyserve {
 namespace {
@@ -129,6 +130,14 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
         return protocol::IsKnownChatTemplate(name) ? std::string()
                                                    : "unknown chat template '" + name + "'";
       });
+  cmd->add_option("--tool-call-parser", f.tool_call_parser,
+                  "how tool calls are read from chat completions with tools (vLLM's names: "
+                  "hermes, llama3_json, mistral); default: the chat template's (llama-3.1/3.2 "
+                  "llama3_json, mistral mistral, any other hermes)")
+      ->check([](const std::string& name) {
+        return protocol::ToolParserFromName(name) ? std::string()
+                                                  : "unknown tool call parser '" + name + "'";
+      });
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s,
                   "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
                   "aborted")
@@ -212,7 +221,10 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
       f.chat_template, model->chat_template, model->chat_template_error);
   if (!chosen_template.ok()) return fail(chosen_template.status());
   const std::string chat_template = *chosen_template;
-  LogLine("chat template " + chat_template);
+  LogLine("chat template " + chat_template + ", tool call parser " +
+          (f.tool_call_parser.empty() ? std::string(protocol::ToolParserName(
+                                            protocol::DefaultToolParserFor(chat_template)))
+                                      : f.tool_call_parser));
   const std::string served_model_name =
       f.served_model_name.empty() ? config.name : f.served_model_name;
 
@@ -298,6 +310,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.model_root = model->model_path;
   context.max_model_len = engine.max_model_len();
   context.chat_template = chat_template;
+  context.tool_call_parser = f.tool_call_parser;
   context.api_key = f.api_key;
   context.max_queue_len = f.max_queue_len;
   context.max_num_queued_tokens = f.max_num_queued_tokens;

@@ -36,6 +36,8 @@ struct ServeFlags {
   // protocol::RenderChatTemplate name; "": the model's own (its tokenizer_config.json or GGUF
   // metadata), else "plain".
   std::string chat_template;
+  // --tool-call-parser hermes|llama3_json|mistral; "": the chat template's (DefaultToolParserFor).
+  std::string tool_call_parser;
   double shutdown_timeout_s = 10.0;  // grace for in-flight requests on SIGINT/SIGTERM
   // Scale-out (issue 22). --metrics-compat NAME (repeatable): "gpu-cache-usage" adds the pre-V1
   // aliases older routers read (MetricsConfig::compat_gpu_cache_usage).

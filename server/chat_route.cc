@@ -1,6 +1,8 @@
 // POST /v1/chat/completions (OpenAiRoutes::HandleChat): the conversation rendered with the
 // model's chat template, n choices, streamed (role chunk, content chunks, finish chunk) or not.
-// See openai_routes.h.
+// With tools (and tool_choice "auto"), each choice's text goes through a ToolCallParser
+// (protocol/tool_parser.h): calls become message.tool_calls, or tool-call deltas in a stream,
+// and only the text outside them is content. See openai_routes.h.
 #include <httplib.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/stream_chunks.h"
+#include "server/protocol/tool_parser.h"
 #include "server/request_metrics_json.h"
 #include "server/sse_stream.h"
 
@@ -35,8 +38,11 @@ class ChatSseStream final : public SseStream {
  public:
   ChatSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
                 protocol::ResponseMeta meta, int32_t num_prompt_tokens, const Tokenizer* tokenizer,
-                const protocol::ChatRequest& request, bool with_metrics)
+                const protocol::ChatRequest& request, bool with_metrics,
+                std::optional<protocol::ToolParserKind> tool_parser)
       : SseStream(std::move(job), watch),
+        tool_parser_(tool_parser),
+        parallel_tool_calls_(request.tool_fields.parallel_tool_calls),
         with_metrics_(with_metrics),
         meta_(std::move(meta)),
         chunks_(meta_, protocol::StreamChunks::Kind::kChat),
@@ -51,23 +57,54 @@ class ChatSseStream final : public SseStream {
   void OnStart(std::string* out) override {
     for (const auto& c : job().choices()) {
       chunks_.AppendChatRoleChunk(c->spec.index, out);
+      if (tool_parser_) {
+        parsers_.emplace_back(*tool_parser_, parallel_tool_calls_,
+                              meta_.id + "/" + std::to_string(c->spec.index));
+      }
     }
   }
 
   void OnUpdate(const ChoiceUpdate& u, std::string* out) override {
     const GenerationJob::Choice& c = *job().choices()[u.choice];
     const protocol::ChoiceDelta& d = u.delta;
-    if (!d.text.empty() || (logprobs_ && !d.logprobs.empty())) {
+    std::string text = d.text;
+    std::vector<protocol::ChatToolCall> calls;
+    protocol::ToolCallParser* parser = parsers_.empty() ? nullptr : &parsers_[u.choice];
+    if (parser != nullptr) {
+      protocol::ToolParseDelta parsed = parser->Feed(d.text);
+      if (d.finished) {
+        protocol::ToolParseDelta tail = parser->Finish();
+        parsed.content += tail.content;
+        for (auto& call : tail.calls) parsed.calls.push_back(std::move(call));
+      }
+      text = std::move(parsed.content);
+      calls = std::move(parsed.calls);
+    }
+    if (!text.empty() || (logprobs_ && !d.logprobs.empty())) {
       nlohmann::ordered_json logprobs = nullptr;
       if (logprobs_ && !d.logprobs.empty()) {
         logprobs = protocol::ChatLogprobsJson(*tokenizer_, d.logprobs_prev_id, d.logprobs);
       }
-      chunks_.AppendChatContentChunk(c.spec.index, d.text, logprobs, UsageOf(c), out);
+      chunks_.AppendChatContentChunk(c.spec.index, text, logprobs, UsageOf(c), out);
+    }
+    const auto first_call =
+        static_cast<int32_t>(parser == nullptr ? 0 : parser->calls().size() - calls.size());
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const auto call_index = first_call + static_cast<int32_t>(k);
+      *out += protocol::SseData(
+          protocol::ChatToolCallChunkJson(meta_, c.spec.index, call_index, calls[k], true));
+      *out += protocol::SseData(
+          protocol::ChatToolCallChunkJson(meta_, c.spec.index, call_index, calls[k], false));
     }
     if (!d.finished) return;
     if (d.finish_reason == FinishReason::kError) {
       *out += protocol::SseData(
           ApiError::Make(500, "The request failed in the engine: " + c.error_message).ToJson());
+    }
+    if (parser != nullptr && !parser->calls().empty()) {
+      *out += protocol::SseData(protocol::ChatFinishChunkJson(meta_, c.spec.index, d.finish_reason,
+                                                              d.stop_reason, UsageOf(c), true));
+      return;
     }
     chunks_.AppendChatFinishChunk(c.spec.index, d.finish_reason, d.stop_reason, UsageOf(c), out);
   }
@@ -88,6 +125,10 @@ class ChatSseStream final : public SseStream {
     return protocol::Usage{num_prompt_tokens_, c.text.num_tokens()};
   }
 
+  // Set iff the request's tools are parsed; then parsers_ has one parser per choice (OnStart).
+  const std::optional<protocol::ToolParserKind> tool_parser_;
+  const bool parallel_tool_calls_;
+  std::vector<protocol::ToolCallParser> parsers_;
   const bool with_metrics_;  // --enable-per-request-metrics: the usage chunk carries `metrics`
   const protocol::ResponseMeta meta_;
   const protocol::StreamChunks chunks_;
@@ -110,12 +151,33 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
   if (auto e = CheckNumChoices(1, fields.n)) return SendError(res, *e);
+  const protocol::ToolFields& tools = request.tool_fields;
+  if (tools.tool_choice.kind == protocol::ToolChoice::Kind::kRequired ||
+      tools.tool_choice.kind == protocol::ToolChoice::Kind::kFunction) {
+    // Forcing a call needs the grammar-constrained decoding of issue 21, which is not merged yet:
+    // refused rather than silently unenforced.
+    return SendError(res, ApiError::BadRequest(
+                              "tool_choice 'required' and named functions are not supported yet "
+                              "(they need constrained decoding); use 'auto' or 'none'",
+                              "tool_choice"));
+  }
+  std::optional<protocol::ToolParserKind> tool_parser;
+  if (tools.parses_tool_calls()) {
+    tool_parser = context_.tool_call_parser.empty()
+                      ? protocol::DefaultToolParserFor(context_.chat_template)
+                      : protocol::ToolParserFromName(context_.tool_call_parser);
+    if (!tool_parser) {
+      return SendError(res, ApiError::Make(500, "unknown --tool-call-parser '" +
+                                                    context_.tool_call_parser + "'"));
+    }
+  }
   ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
       CompileStructuredOutput(fields);
   if (!grammar.ok()) return SendError(res, grammar.error());
 
   StatusOr<protocol::RenderedChat> rendered =
-      protocol::RenderChat(context_.chat_template, request.messages, request.add_generation_prompt);
+      protocol::RenderChat(context_.chat_template, request.messages, request.add_generation_prompt,
+                           /*today=*/{}, tools.tools);
   if (!rendered.ok()) return SendError(res, ApiError::FromStatus(rendered.status(), "messages"));
   std::vector<int32_t> ids = protocol::EncodeChatPrompt(context_.chat_template, *rendered, tok);
   if (ids.empty()) {
@@ -155,10 +217,10 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   const auto num_prompt_tokens = static_cast<int32_t>(ids.size());
 
   if (fields.stream) {
-    SseStream::Attach(
-        std::make_shared<ChatSseStream>(std::move(job), watch, std::move(meta), num_prompt_tokens,
-                                        &tok, request, context_.enable_per_request_metrics),
-        res, NextSseWriter());
+    SseStream::Attach(std::make_shared<ChatSseStream>(
+                          std::move(job), watch, std::move(meta), num_prompt_tokens, &tok, request,
+                          context_.enable_per_request_metrics, tool_parser),
+                      res, NextSseWriter());
     return;
   }
 
@@ -175,6 +237,13 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     protocol::ChatChoice choice;
     choice.index = c->spec.index;
     choice.content = c->text.text();
+    if (tool_parser) {
+      protocol::ToolParseDelta split =
+          protocol::ParseToolCalls(*tool_parser, tools.parallel_tool_calls,
+                                   meta.id + "/" + std::to_string(c->spec.index), choice.content);
+      choice.content = std::move(split.content);
+      choice.tool_calls = std::move(split.calls);
+    }
     if (request.logprobs) {
       choice.logprobs = protocol::ChatLogprobsJson(tok, c->logprobs_prev_id, c->logprobs);
     }

@@ -37,6 +37,7 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
                                ? context_.max_model_len
                                : context_.engine->max_model_len();
     openai.chat_template = context_.chat_template;
+    openai.tool_call_parser = context_.tool_call_parser;
     openai.api_key = context_.api_key;
     openai.max_queue_len = context_.max_queue_len;
     openai.max_num_queued_tokens = context_.max_num_queued_tokens;

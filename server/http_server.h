@@ -85,6 +85,7 @@ struct ServerContext {
   std::string model_root;        // /v1/models "root"
   int32_t max_model_len = 0;     // 0: the engine's
   std::string chat_template = "plain";
+  std::string tool_call_parser;                // OpenAiContext's
   std::string api_key;                         // empty: no authentication
   int64_t max_queue_len = 0;                   // --max-num-queued-reqs; 0: unlimited
   int64_t max_num_queued_tokens = 0;           // --max-num-queued-tokens; 0: unlimited

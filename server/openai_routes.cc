@@ -275,11 +275,14 @@ void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response
     ids = tok.Encode(*prompt, add_special_tokens && tok.add_bos_by_default());
   } else {
     // The chat form renders the messages as /v1/chat/completions does (same ids, same count).
+    const nlohmann::ordered_json ordered_tools = protocol::OrderedToolsOf(*body, req.body);
     ApiErrorOr<protocol::ChatRequest> chat =
-        protocol::ParseChatRequest(*body, context_.tokenizer->vocab_size());
+        protocol::ParseChatRequest(*body, context_.tokenizer->vocab_size(),
+                                   ordered_tools.is_null() ? nullptr : &ordered_tools);
     if (!chat.ok()) return SendError(res, chat.error());
     StatusOr<protocol::RenderedChat> rendered =
-        protocol::RenderChat(context_.chat_template, chat->messages, chat->add_generation_prompt);
+        protocol::RenderChat(context_.chat_template, chat->messages, chat->add_generation_prompt,
+                             /*today=*/{}, chat->tool_fields.tools);
     if (!rendered.ok()) return SendError(res, ApiError::FromStatus(rendered.status(), "messages"));
     ids = protocol::EncodeChatPrompt(context_.chat_template, *rendered, tok);
   }

@@ -74,9 +74,11 @@ struct OpenAiContext {
   std::string model_root;               // /v1/models "root" (the model path); default the name
   int32_t max_model_len = 0;            // REQUIRES: > 0 (EngineCore::max_model_len())
   std::string chat_template = "plain";  // protocol::RenderChatTemplate name
-  std::string api_key;                  // empty: no authentication
-  int64_t max_queue_len = 0;            // --max-num-queued-reqs; 0: unlimited
-  int64_t max_num_queued_tokens = 0;    // --max-num-queued-tokens; 0: unlimited
+  // --tool-call-parser (protocol::KnownToolParsers()); "": DefaultToolParserFor(chat_template).
+  std::string tool_call_parser;
+  std::string api_key;                // empty: no authentication
+  int64_t max_queue_len = 0;          // --max-num-queued-reqs; 0: unlimited
+  int64_t max_num_queued_tokens = 0;  // --max-num-queued-tokens; 0: unlimited
   // Where admission refusals are counted (vllm:admission_rejections_total); may be null.
   const PrometheusMetrics* metrics = nullptr;
   bool enable_per_request_metrics = false;  // --enable-per-request-metrics

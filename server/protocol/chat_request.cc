@@ -1,6 +1,7 @@
 #include "server/protocol/chat_request.h"
 
 #include "server/protocol/json_fields.h"
+#include "server/protocol/tool_request.h"
 
 namespace tinyserve::protocol {
 namespace {
@@ -66,12 +67,14 @@ std::optional<ApiError> ParseMessages(const nlohmann::json& body, std::vector<Ch
     std::optional<std::string> role;
     TS_RETURN_IF_API_ERROR(GetString(m, "role", path + ".role", &role));
     if (!role) return ApiError::BadRequest("`" + path + ".role` is required", path + ".role");
-    if (*role != "system" && *role != "user" && *role != "assistant") {
+    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool") {
       return ApiError::BadRequest(
-          "Unknown role '" + *role + "'; expected 'system', 'user' or 'assistant'", path + ".role");
+          "Unknown role '" + *role + "'; expected 'system', 'user', 'assistant' or 'tool'",
+          path + ".role");
     }
     ChatMessage message{*role, ""};
     TS_RETURN_IF_API_ERROR(ParseContent(m, path, *role == "assistant", &message.content));
+    TS_RETURN_IF_API_ERROR(ParseToolMessageFields(m, path, &message));
     out->push_back(std::move(message));
   }
   return std::nullopt;
@@ -79,7 +82,8 @@ std::optional<ApiError> ParseMessages(const nlohmann::json& body, std::vector<Ch
 
 }  // namespace
 
-ApiErrorOr<ChatRequest> ParseChatRequest(const nlohmann::json& body, int32_t vocab_size) {
+ApiErrorOr<ChatRequest> ParseChatRequest(const nlohmann::json& body, int32_t vocab_size,
+                                         const nlohmann::ordered_json* ordered_tools) {
   if (!body.is_object()) return ApiError::BadRequest("The request body must be a JSON object");
   ChatRequest req;
   TS_RETURN_IF_API_ERROR(GetString(body, "model", "model", &req.model));
@@ -108,22 +112,24 @@ ApiErrorOr<ChatRequest> ParseChatRequest(const nlohmann::json& body, int32_t voc
   if (req.logprobs) req.sampling.logprobs = req.top_logprobs.value_or(0);
   TS_RETURN_IF_API_ERROR(
       GetBool(body, "add_generation_prompt", "add_generation_prompt", &req.add_generation_prompt));
-  if (auto it = body.find("tools"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) {
-      return ApiError::BadRequest("`tools` must be an array, got " + JsonTypePhrase(*it), "tools");
-    }
-    if (!it->empty()) {
-      return ApiError::BadRequest("Tool calling is not supported by this server; send no `tools`.",
-                                  "tools");
-    }
-  }
+  TS_RETURN_IF_API_ERROR(ParseToolFields(body, ordered_tools, &req.tool_fields));
   return req;
 }
 
 ApiErrorOr<ChatRequest> ParseChatRequestBody(std::string_view body, int32_t vocab_size) {
   ApiErrorOr<nlohmann::json> json = ParseJsonBody(body);
   if (!json.ok()) return json.error();
-  return ParseChatRequest(*json, vocab_size);
+  nlohmann::ordered_json ordered_tools = OrderedToolsOf(*json, body);
+  return ParseChatRequest(*json, vocab_size, ordered_tools.is_null() ? nullptr : &ordered_tools);
+}
+
+nlohmann::ordered_json OrderedToolsOf(const nlohmann::json& parsed, std::string_view body) {
+  auto it = parsed.find("tools");
+  if (it == parsed.end() || !it->is_array() || it->empty()) return nullptr;
+  nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!ordered.is_object() || !ordered.contains("tools")) return nullptr;
+  return ordered["tools"];
 }
 
 }  // namespace tinyserve::protocol

@@ -5,6 +5,8 @@
 #include <optional>
 
 #include "models/tokenizer/added_tokens.h"
+#include "server/protocol/chat_builder.h"
+#include "server/protocol/tool_templates.h"
 
 namespace tinyserve::protocol {
 namespace {
@@ -14,34 +16,6 @@ std::string Capitalized(const std::string& role) {
   if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 32);
   return out;
 }
-
-// Python's str.strip() for ASCII whitespace.
-std::string Strip(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  size_t begin = s.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return "";
-  size_t end = s.find_last_not_of(kSpace);
-  return std::string(s.substr(begin, end - begin + 1));
-}
-
-// Builds a RenderedChat: template text and message contents (whose ranges are recorded).
-class ChatBuilder {
- public:
-  ChatBuilder& Text(std::string_view s) {
-    out_.text.append(s);
-    return *this;
-  }
-  ChatBuilder& Content(std::string_view s) {
-    const size_t begin = out_.text.size();
-    out_.text.append(s);
-    if (!s.empty()) out_.content_ranges.emplace_back(begin, out_.text.size());
-    return *this;
-  }
-  RenderedChat Take() { return std::move(out_); }
-
- private:
-  RenderedChat out_;
-};
 
 RenderedChat RenderPlain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
   ChatBuilder b;
@@ -155,9 +129,9 @@ constexpr const char* kSmolLM2System =
 }  // namespace
 
 const std::vector<std::string>& KnownChatTemplates() {
-  static const auto* names =
-      new std::vector<std::string>{"plain",  "chatml",  "qwen2",   "qwen2.5",   "smollm2",
-                                   "zephyr", "llama-2", "llama-3", "llama-3.1", "llama-3.2"};
+  static const auto* names = new std::vector<std::string>{
+      "plain",   "chatml",  "qwen2",     "qwen2.5",   "smollm2", "zephyr",
+      "llama-2", "llama-3", "llama-3.1", "llama-3.2", "mistral"};
   return *names;
 }
 
@@ -184,7 +158,20 @@ StatusOr<std::string> ChooseChatTemplate(std::string_view flag, std::string_view
 }
 
 StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt, std::string_view today) {
+                                  bool add_generation_prompt, std::string_view today,
+                                  const std::vector<ChatTool>& tools) {
+  if (name == "mistral") return RenderMistral(messages, tools, add_generation_prompt);
+  if (IsKnownChatTemplate(name) && HasToolContent(messages, tools)) {
+    if (name == "qwen2.5") return RenderQwen25WithTools(messages, tools, add_generation_prompt);
+    if (name == "llama-3.1") {
+      return RenderLlama31WithTools(messages, tools, add_generation_prompt, "26 Jul 2024");
+    }
+    if (name == "llama-3.2") {
+      return RenderLlama31WithTools(messages, tools, add_generation_prompt,
+                                    today.empty() ? TodayDateString() : std::string(today));
+    }
+    return RenderChat(name, GenericToolMessages(messages, tools), add_generation_prompt, today);
+  }
   if (name == "plain") return RenderPlain(messages, add_generation_prompt);
   if (name == "chatml") return RenderChatml(messages, add_generation_prompt, nullptr);
   if (name == "qwen2") return RenderChatml(messages, add_generation_prompt, kQwen2System);
@@ -218,7 +205,7 @@ std::vector<std::pair<std::string, int32_t>> ChatTemplateSpecialTokens(std::stri
     return std::any_of(special.begin(), special.end(),
                        [&](const auto& s) { return s.first == text; });
   };
-  if (name == "llama-2" || name == "zephyr") {
+  if (name == "llama-2" || name == "zephyr" || name == "mistral") {
     if (tokenizer.bos_id() >= 0 && !listed("<s>")) special.emplace_back("<s>", tokenizer.bos_id());
     if (tokenizer.eos_id() >= 0 && !listed("</s>")) {
       special.emplace_back("</s>", tokenizer.eos_id());

@@ -35,6 +35,11 @@
 //            S the first message if it is a system one (else ""); then every other message as in
 //            llama-3. D is "26 Jul 2024" for llama-3.1, today's date ("%d %b %Y", local time, as
 //            transformers' strftime_now) for llama-3.2.
+//   mistral  Mistral-7B-Instruct-v0.3's template: "<s>", then (after an optional first system
+//            message S) user/assistant turns that alternate starting with user (else 400): user
+//            "[INST] {u}[/INST]" (the last message, when a user one, "[INST] S\n\n{u}[/INST]"),
+//            assistant " {strip(a)}</s>"; no generation prompt.
+// Tools, tool results and assistant tool calls: tool_templates.h.
 // Pure functions but for llama-3.2's date; thread-safe.
 #pragma once
 
@@ -46,12 +51,19 @@
 
 #include "base/status.h"
 #include "models/tokenizer/tokenizer.h"
+#include "server/protocol/tool_spec.h"
 
 namespace tinyserve::protocol {
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
-  std::string content;
+  ChatMessage() = default;
+  ChatMessage(std::string role_in, std::string content_in)
+      : role(std::move(role_in)), content(std::move(content_in)) {}
+
+  std::string role;                      // "system", "user", "assistant" or "tool"
+  std::string content;                   // "" for a null content
+  std::vector<ChatToolCall> tool_calls;  // an assistant message's calls (tool_spec.h)
+  std::string tool_call_id;              // a tool message's: the call it answers
 
   friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
 };
@@ -78,12 +90,13 @@ struct RenderedChat {
   std::vector<std::pair<size_t, size_t>> content_ranges;
 };
 
-// Renders `messages` with template `name`; the generation prompt is appended iff
-// `add_generation_prompt`. `today` replaces llama-3.2's date when not empty (tests). Errors:
-// NotFound for an unknown template name (a server configuration error), InvalidArgument when the
-// messages break the template's rules (a 400).
+// Renders `messages` (and the request's `tools`) with template `name`; the generation prompt is
+// appended iff `add_generation_prompt`. `today` replaces llama-3.2's date when not empty (tests).
+// Errors: NotFound for an unknown template name (a server configuration error), InvalidArgument
+// when the messages break the template's rules (a 400).
 StatusOr<RenderedChat> RenderChat(std::string_view name, const std::vector<ChatMessage>& messages,
-                                  bool add_generation_prompt, std::string_view today = {});
+                                  bool add_generation_prompt, std::string_view today = {},
+                                  const std::vector<ChatTool>& tools = {});
 
 // RenderChat's text alone.
 StatusOr<std::string> RenderChatTemplate(std::string_view name,
@@ -92,8 +105,8 @@ StatusOr<std::string> RenderChatTemplate(std::string_view name,
 
 // The special-token strings a prompt of template `name` may hold, with their ids: the
 // tokenizer's own special tokens (Tokenizer::special_tokens(): <|im_start|>, <|eot_id|>, ... of an
-// HF tokenizer.json), and for llama-2 and zephyr "<s>" -> bos_id(), "</s>" -> eos_id() when the
-// tokenizer does not list them (llama2.c and GGUF vocabularies).
+// HF tokenizer.json), and for llama-2, zephyr and mistral "<s>" -> bos_id(), "</s>" -> eos_id()
+// when the tokenizer does not list them (llama2.c and GGUF vocabularies).
 std::vector<std::pair<std::string, int32_t>> ChatTemplateSpecialTokens(std::string_view name,
                                                                        const Tokenizer& tokenizer);
 

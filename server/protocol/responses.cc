@@ -110,9 +110,21 @@ Json ChatResponseJson(const ResponseMeta& meta, const std::vector<ChatChoice>& c
   for (const auto& c : choices) {
     Json choice;
     choice["index"] = c.index;
-    choice["message"] = Json{{"role", "assistant"}, {"content", c.content}};
+    Json message{{"role", "assistant"}, {"content", c.content}};
+    if (!c.tool_calls.empty()) {
+      if (c.content.empty()) message["content"] = nullptr;
+      Json calls = Json::array();
+      for (const ChatToolCall& call : c.tool_calls) {
+        calls.push_back(
+            Json{{"id", call.id},
+                 {"type", "function"},
+                 {"function", Json{{"name", call.name}, {"arguments", call.arguments}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    choice["message"] = std::move(message);
     choice["logprobs"] = c.logprobs;
-    choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+    choice["finish_reason"] = ChatFinishReasonJson(c.finish_reason, !c.tool_calls.empty());
     choice["stop_reason"] = StopReasonJson(c.stop_reason);
     out["choices"].push_back(std::move(choice));
   }
@@ -140,13 +152,40 @@ Json ChatContentChunkJson(const ResponseMeta& meta, int32_t index, const std::st
   return ChatChunk(meta, std::move(choice), usage);
 }
 
+Json ChatFinishReasonJson(FinishReason reason, bool had_tool_calls) {
+  if (had_tool_calls && (reason == FinishReason::kStop || reason == FinishReason::kLength)) {
+    return "tool_calls";
+  }
+  return FinishReasonJson(reason);
+}
+
+Json ChatToolCallChunkJson(const ResponseMeta& meta, int32_t index, int32_t call_index,
+                           const ChatToolCall& call, bool header) {
+  Json entry;
+  entry["index"] = call_index;
+  if (header) {
+    entry["id"] = call.id;
+    entry["type"] = "function";
+    entry["function"] = Json{{"name", call.name}, {"arguments", ""}};
+  } else {
+    entry["function"] = Json{{"arguments", call.arguments}};
+  }
+  Json choice;
+  choice["index"] = index;
+  choice["delta"] = Json{{"tool_calls", Json::array({std::move(entry)})}};
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return ChatChunk(meta, std::move(choice), std::nullopt);
+}
+
 Json ChatFinishChunkJson(const ResponseMeta& meta, int32_t index, FinishReason finish_reason,
-                         const StopReason& stop_reason, const std::optional<Usage>& usage) {
+                         const StopReason& stop_reason, const std::optional<Usage>& usage,
+                         bool had_tool_calls) {
   Json choice;
   choice["index"] = index;
   choice["delta"] = Json::object();
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = FinishReasonJson(finish_reason);
+  choice["finish_reason"] = ChatFinishReasonJson(finish_reason, had_tool_calls);
   choice["stop_reason"] = StopReasonJson(stop_reason);
   return ChatChunk(meta, std::move(choice), usage);
 }

@@ -8,7 +8,9 @@
 //   its stream chunk        the same object with one choice (finish_reason null until the last
 //                            chunk of that choice) and no usage, unless continuous usage is asked
 //   chat.completion         {"id": "chatcmpl-…", "object": "chat.completion", "created", "model",
-//                            "choices": [{"index", "message": {"role": "assistant", "content"},
+//                            "choices": [{"index", "message": {"role": "assistant", "content"[,
+//                            "tool_calls": [{"id", "type": "function", "function": {"name",
+//                            "arguments"}}]]},
 //                            "logprobs", "finish_reason", "stop_reason"}], "usage"[,
 //                            "prompt_logprobs"]}
 //   chat.completion.chunk   choices [{"index", "delta", "logprobs", "finish_reason"}]: first a
@@ -16,13 +18,13 @@
 //                            chunks (delta {"content": …}), then a finish chunk (delta {},
 //                            finish_reason, stop_reason)
 //   usage chunk             (include_usage) "choices": [] and "usage", after every choice finished
-// finish_reason: "stop" | "length" | "abort" | "error" (null while running); stop_reason: null,
-// the stop token id (int) that ended it, or the stop string (vLLM). For n > 1 and several
-// prompts, choice index = prompt_index * n + sample_index. A stream is a sequence of
+// finish_reason: "stop" | "length" | "abort" | "error" | "tool_calls" (null while running);
+// stop_reason: null, the stop token id (int) that ended it, or the stop string (vLLM). For n > 1
+// and several prompts, choice index = prompt_index * n + sample_index. A stream is a sequence of
 // SseData(chunk) and ends with SseDone(). Only the fields above are sent: vLLM's always-empty
-// extras (message.tool_calls, reasoning_content, system_fingerprint) and a null prompt_logprobs
-// are left out; OpenAI clients treat them as optional. Pure functions (NewRequestId draws random
-// bits).
+// extras (an empty message.tool_calls, reasoning_content, system_fingerprint) and a null
+// prompt_logprobs are left out; OpenAI clients treat them as optional. Pure functions (NewRequestId
+// draws random bits).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "engine/events.h"
+#include "server/protocol/tool_spec.h"
 
 namespace tinyserve::protocol {
 
@@ -67,7 +70,8 @@ struct CompletionChoice {
 
 struct ChatChoice {
   int32_t index = 0;
-  std::string content;
+  std::string content;                   // null in the message when empty and there are tool calls
+  std::vector<ChatToolCall> tool_calls;  // message.tool_calls when not empty
   nlohmann::ordered_json logprobs = nullptr;  // ChatLogprobsJson, or null
   FinishReason finish_reason = FinishReason::kNone;
   StopReason stop_reason;
@@ -103,10 +107,21 @@ nlohmann::ordered_json ChatContentChunkJson(const ResponseMeta& meta, int32_t in
                                             const std::string& content,
                                             const nlohmann::ordered_json& logprobs = nullptr,
                                             const std::optional<Usage>& usage = std::nullopt);
+// `had_tool_calls`: the choice's finish_reason is "tool_calls" (ChatFinishReasonJson).
 nlohmann::ordered_json ChatFinishChunkJson(const ResponseMeta& meta, int32_t index,
                                            FinishReason finish_reason,
                                            const StopReason& stop_reason,
-                                           const std::optional<Usage>& usage = std::nullopt);
+                                           const std::optional<Usage>& usage = std::nullopt,
+                                           bool had_tool_calls = false);
+// A tool call's stream deltas (OpenAI's shape): the first, with `header`, is {"tool_calls":
+// [{"index": call_index, "id", "type": "function", "function": {"name", "arguments": ""}}]}; the
+// next is {"tool_calls": [{"index": call_index, "function": {"arguments": ARGS}}]}.
+nlohmann::ordered_json ChatToolCallChunkJson(const ResponseMeta& meta, int32_t index,
+                                             int32_t call_index, const ChatToolCall& call,
+                                             bool header);
+// "tool_calls" when `had_tool_calls` and the choice ended by stop or length (vLLM), else
+// FinishReasonJson(reason).
+nlohmann::ordered_json ChatFinishReasonJson(FinishReason reason, bool had_tool_calls);
 nlohmann::ordered_json ChatUsageChunkJson(const ResponseMeta& meta, const Usage& usage);
 
 // SSE framing: "data: <compact json>\n\n" (invalid UTF-8 replaced by U+FFFD, never thrown) and

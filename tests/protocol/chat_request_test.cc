@@ -75,6 +75,52 @@ TEST(ChatRequestTest, SharedSamplingFields) {
   EXPECT_FALSE(req.add_generation_prompt);
 }
 
+TEST(ChatRequestTest, ToolFields) {
+  ChatRequest none = ParseOk(R"({"messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_TRUE(none.tool_fields.tools.empty());
+  EXPECT_EQ(none.tool_fields.tool_choice.kind, ToolChoice::Kind::kNone);
+  EXPECT_FALSE(none.tool_fields.parses_tool_calls());
+
+  ChatRequest req = ParseOk(R"({"messages": [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{\"b\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "ok"}]}],
+    "tools": [{"type": "function", "function": {"name": "f", "strict": true,
+      "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}}],
+    "parallel_tool_calls": false})");
+  ASSERT_EQ(req.tool_fields.tools.size(), 1u);
+  // The request's key order is kept (z before a), as the templates write it.
+  EXPECT_EQ(req.tool_fields.tools[0].json.dump(),
+            R"({"type":"function","function":{"name":"f","description":null,"parameters":)"
+            R"({"type":"object","properties":{"z":{},"a":{}}},"strict":true}})");
+  EXPECT_EQ(req.tool_fields.tool_choice.kind, ToolChoice::Kind::kAuto);
+  EXPECT_TRUE(req.tool_fields.parses_tool_calls());
+  EXPECT_FALSE(req.tool_fields.parallel_tool_calls);
+  ASSERT_EQ(req.messages.size(), 3u);
+  EXPECT_EQ(req.messages[1].content, "");
+  EXPECT_EQ(req.messages[1].tool_calls, (std::vector<ChatToolCall>{{"c1", "f", "{\"b\": 1}"}}));
+  EXPECT_EQ(req.messages[2].role, "tool");
+  EXPECT_EQ(req.messages[2].content, "ok");
+  EXPECT_EQ(req.messages[2].tool_call_id, "c1");
+
+  auto choice = [](const std::string& c) {
+    return ParseOk(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": )" + c +
+                   R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})")
+        .tool_fields.tool_choice;
+  };
+  EXPECT_EQ(choice(R"("none")").kind, ToolChoice::Kind::kNone);
+  EXPECT_EQ(choice(R"("auto")").kind, ToolChoice::Kind::kAuto);
+  EXPECT_EQ(choice(R"("required")").kind, ToolChoice::Kind::kRequired);
+  EXPECT_EQ(choice(R"({"type": "function", "function": {"name": "f"}})"),
+            (ToolChoice{ToolChoice::Kind::kFunction, "f"}));
+  // "none" needs no tools; [] is no tools.
+  EXPECT_EQ(ParseOk(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none",
+                        "tools": []})")
+                .tool_fields.tool_choice.kind,
+            ToolChoice::Kind::kNone);
+}
+
 struct BadCase {
   const char* body;
   const char* param;
@@ -92,7 +138,8 @@ TEST(ChatRequestTest, BadInputsGive400NamingTheField) {
       {R"({"messages": [{"content": "x"}]})", "messages[0].role", "`messages[0].role` is required"},
       {R"({"messages": [{"role": 1, "content": "x"}]})", "messages[0].role", nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}, {"role": "robot", "content": "x"}]})",
-       "messages[1].role", "Unknown role 'robot'; expected 'system', 'user' or 'assistant'"},
+       "messages[1].role",
+       "Unknown role 'robot'; expected 'system', 'user', 'assistant' or 'tool'"},
       {R"({"messages": [{"role": "user"}]})", "messages[0].content",
        "`messages[0].content` is required"},
       {R"({"messages": [{"role": "user", "content": null}]})", "messages[0].content", nullptr},
@@ -130,7 +177,64 @@ TEST(ChatRequestTest, BadInputsGive400NamingTheField) {
        "add_generation_prompt", nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}], "model": ["m"]})", "model", nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
-       "tools", "Tool calling is not supported by this server; send no `tools`."},
+       "tools[0].function", "`tools[0].function` is required"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval",
+           "function": {"name": "f"}}]})",
+       "tools[0].type", "Unsupported tool type 'retrieval'; only 'function' tools are supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "bad name"}}]})",
+       "tools[0].function.name",
+       "Invalid function name 'bad name': it must match [a-zA-Z0-9_-]{1,64}"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+           "function": {"name": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}}]})",
+       "tools[0].function.name", nullptr},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]})",
+       "tools[0].function.parameters",
+       "`tools[0].function.parameters` must be a JSON Schema object, got a string"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+           "function": {"name": "f", "parameters": {"type": 3}}}]})",
+       "tools[0].function.parameters.type", nullptr},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f", "description": 1}}]})",
+       "tools[0].function.description", nullptr},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f"}},
+                     {"type": "function", "function": {"name": "f"}}]})",
+       "tools[1].function.name", "Function name 'f' is given twice in `tools`"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", "tool_choice",
+       "`tool_choice` other than 'none' needs a non-empty `tools` list"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes",
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice", nullptr},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tool_choice": {"type": "function", "function": {"name": "x"}},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice.function.name", "tool_choice names unknown function 'x'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice.function", "`tool_choice.function` is required"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": 1,
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice", "`tool_choice` must be a string or an object, got an integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": "yes"})",
+       "parallel_tool_calls", nullptr},
+      {R"({"messages": [{"role": "tool", "content": "r"}]})", "messages[0].tool_call_id",
+       "`messages[0].tool_call_id` is required"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+       "messages[0].tool_calls", "Only assistant messages may carry `tool_calls`"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+           "function": {"name": "f", "arguments": "{}"}}]}]})",
+       "messages[0].tool_calls[0].id", "`messages[0].tool_calls[0].id` is required"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+           "function": {"name": "f", "arguments": "[1]"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments",
+       "`messages[0].tool_calls[0].function.arguments` must be a JSON object encoded as a string"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+           "function": {"name": "f", "arguments": {}}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", nullptr},
+      {R"({"messages": [{"role": "assistant", "tool_calls": {}}]})", "messages[0].tool_calls",
+       nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools", nullptr},
       {R"({"messages": [{"role": "user", "content": "x"}],
            "response_format": {"type": "json_schema", "json_schema": {}}})",

@@ -197,7 +197,7 @@ TEST(ChatTemplateTest, UnknownNameIsNotFound) {
   EXPECT_EQ(
       r.status().message(),
       "unknown chat template 'vicuna' (known: plain, chatml, qwen2, qwen2.5, smollm2, zephyr, "
-      "llama-2, llama-3, llama-3.1, llama-3.2)");
+      "llama-2, llama-3, llama-3.1, llama-3.2, mistral)");
 }
 
 class Llama2TokenizerTest : public ::testing::Test {

@@ -174,6 +174,8 @@ struct TestServerOptions {
   int sse_writer_threads = 2;             // HttpServerOptions::sse_writer_threads
   SseWriterOptions sse_writer_options;    // HttpServerOptions::sse_writer_options
   int socket_send_buffer_bytes = 0;       // HttpServerOptions::socket_send_buffer_bytes
+  std::string chat_template = "plain";    // --chat-template
+  std::string tool_call_parser;           // --tool-call-parser ("": the template's)
 };
 
 class OpenAiTestServer {
@@ -214,6 +216,8 @@ class OpenAiTestServer {
     context.max_queue_len = options.max_queue_len;
     context.max_num_queued_tokens = options.max_num_queued_tokens;
     context.enable_per_request_metrics = options.enable_per_request_metrics;
+    context.chat_template = options.chat_template;
+    context.tool_call_parser = options.tool_call_parser;
     context.metrics = metrics_.get();
     HttpServerOptions server_options;
     server_options.port = 0;
