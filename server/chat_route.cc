@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <ctime>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "server/protocol/logprobs_json.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/stream_chunks.h"
+#include "server/protocol/tool_grammar.h"
 #include "server/protocol/tool_parser.h"
 #include "server/request_metrics_json.h"
 #include "server/sse_stream.h"
@@ -147,20 +149,11 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   ApiErrorOr<protocol::ChatRequest> parsed =
       protocol::ParseChatRequestBody(req.body, tok.vocab_size());
   if (!parsed.ok()) return SendError(res, parsed.error());
-  const protocol::ChatRequest& request = *parsed;
+  protocol::ChatRequest& request = *parsed;
   const protocol::SamplingFields& fields = request.sampling;
   if (auto e = CheckModel(request.model)) return SendError(res, *e);
   if (auto e = CheckNumChoices(1, fields.n)) return SendError(res, *e);
   const protocol::ToolFields& tools = request.tool_fields;
-  if (tools.tool_choice.kind == protocol::ToolChoice::Kind::kRequired ||
-      tools.tool_choice.kind == protocol::ToolChoice::Kind::kFunction) {
-    // Forcing a call needs the grammar-constrained decoding of issue 21, which is not merged yet:
-    // refused rather than silently unenforced.
-    return SendError(res, ApiError::BadRequest(
-                              "tool_choice 'required' and named functions are not supported yet "
-                              "(they need constrained decoding); use 'auto' or 'none'",
-                              "tool_choice"));
-  }
   std::optional<protocol::ToolParserKind> tool_parser;
   if (tools.parses_tool_calls()) {
     tool_parser = context_.tool_call_parser.empty()
@@ -170,6 +163,26 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
       return SendError(res, ApiError::Make(500, "unknown --tool-call-parser '" +
                                                     context_.tool_call_parser + "'"));
     }
+  }
+  if (tools.parses_tool_calls() &&
+      (tools.tool_choice.kind == protocol::ToolChoice::Kind::kRequired ||
+       tools.tool_choice.kind == protocol::ToolChoice::Kind::kFunction)) {
+    // A forced call: decoded under the grammar of the parser's call syntax (tool_grammar.h).
+    if (fields.structured) {
+      return SendError(res, ApiError::BadRequest(
+                                "tool_choice 'required' or a named function forces a tool call; "
+                                "it cannot be combined with `" +
+                                    fields.structured->param + "`",
+                                "tool_choice"));
+    }
+    StatusOr<std::string> gbnf = protocol::ForcedToolCallGrammar(
+        *tool_parser, tools.tools, tools.tool_choice, tools.parallel_tool_calls);
+    if (!gbnf.ok()) return SendError(res, ApiError::FromStatus(gbnf.status(), "tools"));
+    protocol::StructuredOutput forced;
+    forced.spec.kind = structured::ConstraintKind::kGrammar;
+    forced.spec.text = std::move(gbnf).value();
+    forced.param = "tool_choice";
+    request.sampling.structured = std::move(forced);
   }
   ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>> grammar =
       CompileStructuredOutput(fields);

@@ -1,12 +1,20 @@
 // The official `openai` npm client against the real `tinyserve serve` binary (stories260K on a
 // random loopback port, with an API key): completions and chat, plain and streamed, prompt
 // scoring with echo + logprobs, the model list, and the client's error classes for a wrong key,
-// an unknown model and a bad request.
+// an unknown model and a bad request; structured outputs validated by ajv, zod parsing, and a
+// tool-calling round trip.
 // Run by ctest (label clients) through run_tests.sh, which sets TINYSERVE_BINARY.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import Ajv from 'ajv';
+import addFormats from 'ajv-formats';
+import { z } from 'zod';
 
 const API_KEY = 'tinyserve-test-key';
 const MODEL = 'tiny';
@@ -14,17 +22,15 @@ let server;
 let baseURL;
 let client;
 
-before(async () => {
-  const binary = process.env.TINYSERVE_BINARY;
-  assert.ok(binary, 'TINYSERVE_BINARY must name the tinyserve binary');
+// Starts `tinyserve serve` on a random loopback port; resolves to the process and its port.
+async function startServer(binary, extraArgs) {
   const args = ['serve', '--port', '0', '--served-model-name', MODEL, '--api-key', API_KEY,
-                '--threads', '1'];
-  if (process.env.TINYSERVE_TEST_MODEL) args.push('--model', process.env.TINYSERVE_TEST_MODEL);
-  server = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+                '--threads', '1', ...extraArgs];
+  const proc = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30000);
-    server.stderr.on('data', (data) => {
+    proc.stderr.on('data', (data) => {
       log += data;
       const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m) {
@@ -32,17 +38,30 @@ before(async () => {
         resolve(Number(m[1]));
       }
     });
-    server.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
+    proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
   });
-  baseURL = `http://127.0.0.1:${port}/v1`;
+  return { proc, port };
+}
+
+async function stopServer(proc) {
+  if (!proc || proc.exitCode !== null) return;
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  proc.kill('SIGTERM');
+  assert.equal(await exited, 0, 'tinyserve serve exits 0 on SIGTERM');
+}
+
+before(async () => {
+  const binary = process.env.TINYSERVE_BINARY;
+  assert.ok(binary, 'TINYSERVE_BINARY must name the tinyserve binary');
+  const extra = process.env.TINYSERVE_TEST_MODEL ? ['--model', process.env.TINYSERVE_TEST_MODEL] : [];
+  const started = await startServer(binary, extra);
+  server = started.proc;
+  baseURL = `http://127.0.0.1:${started.port}/v1`;
   client = new OpenAI({ apiKey: API_KEY, baseURL, maxRetries: 0 });
 });
 
 after(async () => {
-  if (!server || server.exitCode !== null) return;
-  const exited = new Promise((resolve) => server.on('exit', resolve));
-  server.kill('SIGTERM');
-  assert.equal(await exited, 0, 'tinyserve serve exits 0 on SIGTERM');
+  await stopServer(server);
 });
 
 const prompt = 'Once upon a time';
@@ -167,3 +186,114 @@ test('an unknown model is a NotFoundError, a bad field a BadRequestError', async
     client.completions.create({ model: MODEL, prompt, max_tokens: 1, temperature: -1 }),
     (err) => err instanceof OpenAI.BadRequestError && err.param === 'temperature');
 });
+
+// Structured outputs (issue 21): every json_schema output of a small catalogue, sampled at
+// temperature 1 with fixed seeds, validates under ajv (with ajv-formats).
+const ajv = new Ajv({ allErrors: true, strict: false });
+addFormats(ajv);
+
+const schemas = [
+  { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0, maximum: 120 } }, required: ['name', 'age'], additionalProperties: false },
+  { type: 'array', items: { type: 'integer' }, minItems: 1, maxItems: 4 },
+  { type: 'object', properties: { mood: { enum: ['happy', 'sad', 'calm'] }, ok: { type: 'boolean' }, note: { type: 'null' } }, required: ['mood', 'ok'] },
+  { type: 'object', properties: { day: { type: 'string', format: 'date' }, id: { type: 'string', format: 'uuid' } }, required: ['day', 'id'], additionalProperties: false },
+  { anyOf: [{ type: 'number', minimum: 0 }, { type: 'string', maxLength: 8 }] },
+  { $defs: { node: { type: 'object', properties: { v: { type: 'integer' }, next: { anyOf: [{ $ref: '#/$defs/node' }, { type: 'null' }] } }, required: ['v', 'next'], additionalProperties: false } }, $ref: '#/$defs/node' },
+];
+
+test('response_format json_schema outputs validate under ajv (chat and completions)', async () => {
+  for (const [i, schema] of schemas.entries()) {
+    const validate = ajv.compile(schema);
+    for (const seed of [1, 2]) {
+      const chat = await client.chat.completions.create({
+        model: MODEL, messages, temperature: 1, seed, max_tokens: 400,
+        response_format: { type: 'json_schema', json_schema: { name: `s${i}`, schema, strict: true } },
+      });
+      const text = chat.choices[0].message.content;
+      assert.equal(chat.choices[0].finish_reason, 'stop', `schema ${i} seed ${seed}: ${text}`);
+      assert.ok(validate(JSON.parse(text)), `schema ${i} seed ${seed}: ${text} ${ajv.errorsText(validate.errors)}`);
+    }
+    const completion = await client.completions.create({
+      model: MODEL, prompt, temperature: 1, seed: 3, max_tokens: 400,
+      response_format: { type: 'json_schema', json_schema: { name: `s${i}`, schema } },
+    });
+    const text = completion.choices[0].text;
+    assert.equal(completion.choices[0].finish_reason, 'stop', `schema ${i}: ${text}`);
+    assert.ok(validate(JSON.parse(text)), `schema ${i}: ${text} ${ajv.errorsText(validate.errors)}`);
+  }
+});
+
+test('chat.completions.parse and .stream with a zod schema give the parsed object', async () => {
+  const Pet = z.object({
+    name: z.string().max(16),
+    legs: z.number().int().min(0).max(8),
+    kind: z.enum(['cat', 'dog', 'bird']),
+  });
+  const response_format = zodResponseFormat(Pet, 'pet');
+  const parsed = await client.chat.completions.parse({
+    model: MODEL, messages, temperature: 1, seed: 11, max_tokens: 300, response_format,
+  });
+  const message = parsed.choices[0].message;
+  assert.equal(parsed.choices[0].finish_reason, 'stop', message.content);
+  assert.deepEqual(message.parsed, Pet.parse(JSON.parse(message.content)));
+
+  const stream = client.chat.completions.stream({
+    model: MODEL, messages, temperature: 1, seed: 11, max_tokens: 300, response_format,
+  });
+  const final = await stream.finalChatCompletion();
+  assert.equal(final.choices[0].message.content, message.content, 'streamed = plain (same seed)');
+  assert.deepEqual(final.choices[0].message.parsed, message.parsed);
+});
+
+test('a tool-calling round trip: the forced call is parsed, its result sent back, answered', async () => {
+  // The tools' preamble does not fit stories260K's 512-token context: a generated qwen2.5-shaped
+  // GGUF (seeded random weights, 4096 tokens, the qwen2.5 template's <tool_call> format) serves.
+  const binary = process.env.TINYSERVE_BINARY;
+  const dir = mkdtempSync(join(tmpdir(), 'tinyserve-tools-'));
+  const model = join(dir, 'qwen-small.gguf');
+  execFileSync(binary, ['gen-model', '--preset', 'qwen2.5-0.5b', '--format', 'gguf', '--small',
+                        '--out', model], { stdio: 'ignore' });
+  const qwen = await startServer(binary, ['--model', model, '--num-kv-blocks', '256']);
+  const tclient = new OpenAI({ apiKey: API_KEY, baseURL: `http://127.0.0.1:${qwen.port}/v1`, maxRetries: 0 });
+  try {
+    await toolRoundTrips(tclient);
+  } finally {
+    await stopServer(qwen.proc);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+async function toolRoundTrips(client) {
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'get_weather', description: 'The weather in a city',
+      parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false },
+    },
+  }];
+  for (const streamed of [false, true]) {
+    const request = {
+      model: MODEL, messages, tools, tool_choice: 'required', parallel_tool_calls: false,
+      temperature: 1, seed: 7, max_tokens: 300,
+    };
+    const first = streamed
+      ? await client.chat.completions.stream(request).finalChatCompletion()
+      : await client.chat.completions.create(request);
+    const choice = first.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.equal(typeof args.city, 'string');
+    assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+
+    const next = await client.chat.completions.create({
+      model: MODEL, tools, temperature: 0, max_tokens: 8,
+      messages: [...messages, choice.message, { role: 'tool', tool_call_id: call.id, content: 'sunny, 21 C' }],
+    });
+    assert.equal(next.choices[0].message.role, 'assistant');
+    assert.ok(next.choices[0].message.content.length > 0);
+  }
+}

@@ -176,15 +176,25 @@ struct TestServerOptions {
   int socket_send_buffer_bytes = 0;       // HttpServerOptions::socket_send_buffer_bytes
   std::string chat_template = "plain";    // --chat-template
   std::string tool_call_parser;           // --tool-call-parser ("": the template's)
+  // > 0: stories260K with this context length instead of its 512 (a copy of the weights with a
+  // longer max_seq_len; RoPE extrapolates, and the tests read its output as random text anyway),
+  // for prompts that do not fit in 512 tokens (tools' preambles).
+  int32_t max_model_len = 0;
 };
 
 class OpenAiTestServer {
  public:
   explicit OpenAiTestServer(TestServerOptions options = {}) {
     const LoadedModel& model = Stories260K();
+    std::shared_ptr<const LlamaWeights> weights = model.weights;
+    if (options.max_model_len > 0) {
+      auto longer = std::make_shared<LlamaWeights>(*model.weights);
+      longer->config.max_seq_len = options.max_model_len;
+      weights = std::move(longer);
+    }
     ModelRunnerOptions runner_options;
     runner_options.num_kv_blocks = options.num_kv_blocks;
-    auto runner = ModelRunner::Create(model.weights, CreateCpuBackend(1), runner_options);
+    auto runner = ModelRunner::Create(weights, CreateCpuBackend(1), runner_options);
     EXPECT_TRUE(runner.ok()) << runner.status().ToString();
     runner_ = std::move(runner).value();
     executor_ = std::make_unique<DelayedExecutor>(runner_.get(), options.step_delay_s);

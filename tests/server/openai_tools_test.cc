@@ -1,12 +1,15 @@
 // Tool calling on POST /v1/chat/completions over HTTP with the real stories260K model: tools
 // rendered into the prompt (as /tokenize counts it), tool messages accepted, the tool-call parser
 // on the streaming and the non-streaming path (the model writes stories, so its output has no
-// calls: content passes through unchanged; parsed calls are pinned by tests/protocol), and every
-// bad tools / tool_choice value a 400 naming the field.
+// calls: content passes through unchanged), calls forced by tool_choice "required" or a named
+// function (decoded under the call grammar, parsed into tool_calls), and every bad tools /
+// tool_choice value a 400 naming the field.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/server/openai_test_server.h"
@@ -42,6 +45,9 @@ json MessagesAfterACall() {
 
 class ToolsTest : public ::testing::Test {
  protected:
+  ToolsTest() = default;
+  explicit ToolsTest(TestServerOptions options) : server_(std::move(options)) {}
+
   json PostOk(const std::string& path, const json& body) {
     auto res = server_.Post(path, body);
     EXPECT_TRUE(res);
@@ -121,13 +127,14 @@ TEST_F(ToolsTest, BadToolFieldsAre400sNamingTheField) {
       {{{"tools", Tools()}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}},
        "tool_choice.function.name",
        "tool_choice names unknown function 'x'"},
-      {{{"tools", Tools()}, {"tool_choice", "required"}},
+      {{{"tools", Tools()}, {"tool_choice", "required"}, {"guided_regex", "a+"}},
        "tool_choice",
-       "tool_choice 'required' and named functions are not supported yet (they need constrained "
-       "decoding); use 'auto' or 'none'"},
-      {{{"tools", Tools()},
-        {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}},
-       "tool_choice",
+       "tool_choice 'required' or a named function forces a tool call; it cannot be combined "
+       "with `guided_regex`"},
+      {{{"tools", json::parse(R"([{"type": "function", "function": {"name": "f",
+          "parameters": {"type": "object", "not": {}}}}])")},
+        {"tool_choice", "required"}},
+       "tools",
        ""},
       {{{"tools", json::parse(R"([{"type": "function", "function": {"name": "a.b"}}])")}},
        "tools[0].function.name",
@@ -178,6 +185,110 @@ TEST(ToolsTemplateTest, TemplateRulesAre400s) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
   EXPECT_FALSE(json::parse(res->body)["choices"][0]["message"].contains("tool_calls"));
+}
+
+json TwoTools() {
+  json tools = Tools();
+  tools[0]["function"]["parameters"]["properties"]["city"]["maxLength"] = 12;
+  tools.push_back(json::parse(R"({"type": "function", "function": {"name": "get_time",
+      "parameters": {"type": "object", "properties": {"hours": {"type": "integer",
+      "minimum": 0, "maximum": 23}}, "required": ["hours"]}}})"));
+  return tools;
+}
+
+// A forced call's arguments hold what its tool's schema requires.
+void ExpectValidCall(const json& call) {
+  EXPECT_EQ(call["type"], "function") << call;
+  ASSERT_TRUE(call["id"].is_string()) << call;
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u) << call;
+  const std::string name = call["function"]["name"];
+  const json args = json::parse(call["function"]["arguments"].get<std::string>());
+  if (name == "get_weather") {
+    ASSERT_TRUE(args.contains("city")) << call;
+    ASSERT_TRUE(args["city"].is_string()) << call;
+    EXPECT_LE(args["city"].get<std::string>().size(), 12u * 4) << call;  // 12 code points
+  } else {
+    ASSERT_EQ(name, "get_time") << call;
+    ASSERT_TRUE(args["hours"].is_number_integer()) << call;
+    EXPECT_GE(args["hours"].get<int>(), 0);
+    EXPECT_LE(args["hours"].get<int>(), 23);
+  }
+}
+
+// The forced-call tests: two tools' Hermes preamble is about 600 stories260K tokens.
+class ForcedToolsTest : public ToolsTest {
+ protected:
+  ForcedToolsTest() : ToolsTest(LongContext()) {}
+  static TestServerOptions LongContext() {
+    TestServerOptions options;
+    options.max_model_len = 2048;
+    return options;
+  }
+};
+
+TEST_F(ForcedToolsTest, RequiredAndNamedToolChoicesForceParsedCalls) {
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const json required = PostOk("/v1/chat/completions", {{"messages", Messages()},
+                                                          {"tools", TwoTools()},
+                                                          {"tool_choice", "required"},
+                                                          {"parallel_tool_calls", false},
+                                                          {"temperature", 1.0},
+                                                          {"seed", seed},
+                                                          {"max_tokens", 400}});
+    const json& choice = required["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+    ExpectValidCall(choice["message"]["tool_calls"][0]);
+
+    const json named =
+        PostOk("/v1/chat/completions",
+               {{"messages", Messages()},
+                {"tools", TwoTools()},
+                {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}},
+                {"temperature", 1.0},
+                {"seed", seed},
+                {"max_tokens", 400}});
+    const json& named_choice = named["choices"][0];
+    ASSERT_EQ(named_choice["finish_reason"], "tool_calls") << named_choice;
+    ASSERT_GE(named_choice["message"]["tool_calls"].size(), 1u) << named_choice;
+    for (const json& call : named_choice["message"]["tool_calls"]) {
+      EXPECT_EQ(call["function"]["name"], "get_time") << call;
+      ExpectValidCall(call);
+    }
+  }
+}
+
+TEST_F(ForcedToolsTest, AForcedCallStreamsAsToolCallDeltas) {
+  json body = {{"messages", Messages()},    {"tools", TwoTools()},
+               {"tool_choice", "required"}, {"parallel_tool_calls", false},
+               {"temperature", 1.0},        {"seed", 5},
+               {"max_tokens", 400},         {"stream", true}};
+  auto res = server_.Post("/v1/chat/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::vector<std::string> events = SseEvents(res->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json call = {{"function", {{"arguments", ""}}}};
+  std::string finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    const json& c = chunk["choices"][0];
+    if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish = c["finish_reason"];
+    if (!c["delta"].contains("tool_calls")) continue;
+    for (const json& d : c["delta"]["tool_calls"]) {
+      EXPECT_EQ(d["index"], 0) << d;
+      if (d.contains("id")) call["id"] = d["id"];
+      if (d.contains("type")) call["type"] = d["type"];
+      if (d["function"].contains("name")) call["function"]["name"] = d["function"]["name"];
+      if (d["function"].contains("arguments")) {
+        call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() +
+                                        d["function"]["arguments"].get<std::string>();
+      }
+    }
+  }
+  EXPECT_EQ(finish, "tool_calls");
+  ExpectValidCall(call);
 }
 
 }  // namespace
