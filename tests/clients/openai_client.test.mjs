@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -21,6 +21,9 @@ const MODEL = 'tiny';
 let server;
 let baseURL;
 let client;
+let modelDir;
+let qwenServer;
+let qwenClient;
 
 // Starts `tinyserve serve` on a random loopback port; resolves to the process and its port.
 async function startServer(binary, extraArgs) {
@@ -58,10 +61,21 @@ before(async () => {
   server = started.proc;
   baseURL = `http://127.0.0.1:${started.port}/v1`;
   client = new OpenAI({ apiKey: API_KEY, baseURL, maxRetries: 0 });
+  // A generated model beside stories260K: a qwen2.5-shaped GGUF (seeded random weights, byte-level
+  // BPE, a 4096-token context, the qwen2.5 template with its <tool_call> format).
+  modelDir = mkdtempSync(join(tmpdir(), 'tinyserve-client-'));
+  const model = join(modelDir, 'qwen-small.gguf');
+  execFileSync(binary, ['gen-model', '--preset', 'qwen2.5-0.5b', '--format', 'gguf', '--small',
+                        '--out', model], { stdio: 'ignore' });
+  const qwen = await startServer(binary, ['--model', model, '--num-kv-blocks', '256']);
+  qwenServer = qwen.proc;
+  qwenClient = new OpenAI({ apiKey: API_KEY, baseURL: `http://127.0.0.1:${qwen.port}/v1`, maxRetries: 0 });
 });
 
 after(async () => {
   await stopServer(server);
+  await stopServer(qwenServer);
+  if (modelDir) rmSync(modelDir, { recursive: true, force: true });
 });
 
 const prompt = 'Once upon a time';
@@ -223,6 +237,40 @@ test('response_format json_schema outputs validate under ajv (chat and completio
   }
 });
 
+// The catalogue the grammar engine's own random-walk test uses (tests/structured): one seeded
+// temperature-1 chat per schema on each model. ajv 8 does not read draft-04 schemas: those are
+// left to python3-jsonschema in that test.
+const catalogue = JSON.parse(readFileSync(new URL('../structured/json_schema_catalogue.json', import.meta.url)));
+
+test('the json_schema catalogue: outputs on stories260K and a generated model validate under ajv', async () => {
+  const drafts = catalogue.filter((schema) => !String(schema.$schema ?? '').includes('draft-04'));
+  assert.ok(drafts.length >= 30, `${drafts.length} schemas`);
+  // A random model can run out of max_tokens inside an unbounded string or object (finish
+  // "length": a prefix, not a document); every output that stopped must validate, and most stop.
+  const unfinished = [];
+  let total = 0;
+  for (const [name, c] of [['stories260K', client], ['qwen-small', qwenClient]]) {
+    for (const [i, schema] of drafts.entries()) {
+      const validate = ajv.compile(schema);
+      const chat = await c.chat.completions.create({
+        model: MODEL, messages, temperature: 1, seed: 100 + i, max_tokens: 400,
+        response_format: { type: 'json_schema', json_schema: { name: `c${i}`, schema } },
+      });
+      ++total;
+      const text = chat.choices[0].message.content;
+      const where = `${name} schema ${i} ${JSON.stringify(schema)}: ${text}`;
+      if (chat.choices[0].finish_reason === 'length') {
+        unfinished.push(`${name} schema ${i}`);
+        continue;
+      }
+      assert.equal(chat.choices[0].finish_reason, 'stop', where);
+      assert.ok(validate(JSON.parse(text)), `${where} ${ajv.errorsText(validate.errors)}`);
+    }
+  }
+  console.log(`catalogue: ${total - unfinished.length} of ${total} stopped; length: ${unfinished.join(', ')}`);
+  assert.ok(unfinished.length * 10 <= total * 2, `too many unfinished: ${unfinished.join(', ')}`);
+});
+
 test('chat.completions.parse and .stream with a zod schema give the parsed object', async () => {
   const Pet = z.object({
     name: z.string().max(16),
@@ -246,21 +294,8 @@ test('chat.completions.parse and .stream with a zod schema give the parsed objec
 });
 
 test('a tool-calling round trip: the forced call is parsed, its result sent back, answered', async () => {
-  // The tools' preamble does not fit stories260K's 512-token context: a generated qwen2.5-shaped
-  // GGUF (seeded random weights, 4096 tokens, the qwen2.5 template's <tool_call> format) serves.
-  const binary = process.env.TINYSERVE_BINARY;
-  const dir = mkdtempSync(join(tmpdir(), 'tinyserve-tools-'));
-  const model = join(dir, 'qwen-small.gguf');
-  execFileSync(binary, ['gen-model', '--preset', 'qwen2.5-0.5b', '--format', 'gguf', '--small',
-                        '--out', model], { stdio: 'ignore' });
-  const qwen = await startServer(binary, ['--model', model, '--num-kv-blocks', '256']);
-  const tclient = new OpenAI({ apiKey: API_KEY, baseURL: `http://127.0.0.1:${qwen.port}/v1`, maxRetries: 0 });
-  try {
-    await toolRoundTrips(tclient);
-  } finally {
-    await stopServer(qwen.proc);
-    rmSync(dir, { recursive: true, force: true });
-  }
+  // The tools' preamble does not fit stories260K's 512-token context: the generated model serves.
+  await toolRoundTrips(qwenClient);
 });
 
 async function toolRoundTrips(client) {

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/hash.h"
 #include "base/utf8.h"
@@ -79,79 +82,41 @@ WalkResult Walk(const ConstraintSpec& spec, uint64_t seed) {
   return result;
 }
 
-const char* const kSchemas[] = {
-    R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
-        "required":["name","age"]})",
-    R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"null"},
-        "c":{"type":"number"}},"required":["b"]})",
-    R"({"type":"object","properties":{"x":{"type":"integer"}},"additionalProperties":false})",
-    R"({"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],
-        "additionalProperties":true})",
-    R"({"type":"object","additionalProperties":{"type":"integer"}})",
-    R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":4})",
-    R"({"type":"array","items":{"type":"string","maxLength":5}})",
-    R"({"enum":["red","green",3,null,{"a":1}]})",
-    R"({"const":{"k":[1,2,"x"]}})",
-    R"({"type":"string","minLength":2,"maxLength":6})",
-    R"({"type":"string","pattern":"^[a-z]{2,4}-[0-9]+$"})",
-    R"({"type":"string","pattern":"a\"b|c\\\\d\\n"})",
-    R"({"type":"string","format":"date"})",
-    R"({"type":"string","format":"time"})",
-    R"({"type":"string","format":"date-time"})",
-    R"({"type":"string","format":"uuid"})",
-    R"({"type":"string","format":"email"})",
-    R"({"type":"integer","minimum":-15,"maximum":123})",
-    R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":1000})",
-    R"({"type":"integer","minimum":250})",
-    R"({"type":"number","minimum":-2.5,"maximum":10})",
-    R"({"type":"number","exclusiveMinimum":0})",
-    R"({"type":"boolean"})",
-    R"({"type":"null"})",
-    R"({"type":["string","integer","null"]})",
-    R"({"anyOf":[{"type":"integer"},{"type":"object","properties":{"z":{"type":"string"}},
-        "required":["z"]}]})",
-    R"({"oneOf":[{"type":"boolean"},{"type":"array","items":{"type":"null"},"maxItems":3}]})",
-    R"({"allOf":[{"type":"integer","maximum":5,"minimum":0}]})",
-    R"({"$defs":{"pt":{"type":"object","properties":{"x":{"type":"number"},"y":{"type":"number"}},
-        "required":["x","y"]}},"type":"array","items":{"$ref":"#/$defs/pt"},"maxItems":3})",
-    R"({"definitions":{"color":{"enum":["r","g","b"]}},"type":"object",
-        "properties":{"c":{"$ref":"#/definitions/color"}},"required":["c"]})",
-    R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
-        "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"]}},
-        "$ref":"#/$defs/node"})",
-    R"({"type":"object","properties":{"next":{"anyOf":[{"type":"null"},{"$ref":"#"}]}},
-        "required":["next"]})",
-    R"({"title":"nested","type":"object","properties":{"user":{"type":"object","properties":{
-        "name":{"type":"string"},"tags":{"type":"array","items":{"enum":["a","b"]}}},
-        "required":["name"]},"score":{"type":"number"}},"required":["user","score"]})",
-    R"({})",
-    R"({"type":"object"})",
-    R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a","b"],
-        "additionalProperties":{"type":"string"}})",
-    R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer","minimum":5,
-        "exclusiveMinimum":true,"maximum":9})",
-    R"({"description":"all optional","type":"object","properties":{"p":{"type":"integer"},
-        "q":{"type":"integer"},"r":{"type":"integer"}}})",
-};
+// The catalogue of JSON schemas (tests/structured/json_schema_catalogue.json): the openai npm
+// client tests (tests/clients) sample the same schemas through the real server.
+const std::vector<std::string>& Schemas() {
+  static const std::vector<std::string> schemas = [] {
+    const std::string path =
+        std::string(TINYSERVE_SOURCE_DIR) + "/tests/structured/json_schema_catalogue.json";
+    std::ifstream in(path);
+    EXPECT_TRUE(in.good()) << path;
+    std::vector<std::string> out;
+    for (const nlohmann::json& schema : nlohmann::json::parse(in)) out.push_back(schema.dump());
+    return out;
+  }();
+  return schemas;
+}
 
 TEST(RandomWalkTest, JsonSchemaOutputsValidateWithJsonschema) {
   nlohmann::json batch = nlohmann::json::array();
   int num_finished = 0, num_walks = 0;
-  for (size_t i = 0; i < std::size(kSchemas); ++i) {
+  const std::vector<std::string>& schemas = Schemas();
+  ASSERT_GE(schemas.size(), 30u);
+  for (size_t i = 0; i < schemas.size(); ++i) {
     ConstraintSpec spec;
     spec.kind = ConstraintKind::kJsonSchema;
-    spec.text = kSchemas[i];
+    spec.text = schemas[i];
     WalkResult r = Walk(spec, i);
     num_walks += kWalks;
     num_finished += static_cast<int>(r.finished.size());
-    EXPECT_GE(r.finished.size(), 1u) << "no walk finished for " << kSchemas[i];
+    EXPECT_GE(r.finished.size(), 1u) << "no walk finished for " << schemas[i];
     nlohmann::json outputs = nlohmann::json::array();
     for (const std::string& out : r.finished) {
       ASSERT_TRUE(IsValidUtf8(out)) << out;
       EXPECT_FALSE(nlohmann::json::parse(out, nullptr, false).is_discarded()) << out;
       outputs.push_back(out);
     }
-    batch.push_back({{"schema", nlohmann::json::parse(kSchemas[i])}, {"outputs", outputs}});
+    batch.push_back({{"schema", nlohmann::json::parse(schemas[i])}, {"outputs", outputs}});
   }
   EXPECT_GE(num_finished * 10, num_walks * 7) << num_finished << " of " << num_walks;
   const std::string path =
@@ -224,9 +189,9 @@ TEST(RandomWalkTest, RegexOutputsFullyMatchByPcre2) {
 // brute force (every token tried on a replayed Matcher), on deeply nesting grammars whose stacks
 // outgrow MaskCache::kMaxFrames.
 TEST(RandomWalkTest, CachedMasksEqualBruteForce) {
-  const std::pair<ConstraintKind, const char*> cases[] = {
-      {ConstraintKind::kJsonSchema, kSchemas[30]},  // recursive $defs
-      {ConstraintKind::kJsonSchema, kSchemas[31]},  // recursive '#'
+  const std::pair<ConstraintKind, std::string> cases[] = {
+      {ConstraintKind::kJsonSchema, Schemas().at(30)},  // recursive $defs
+      {ConstraintKind::kJsonSchema, Schemas().at(31)},  // recursive '#'
       {ConstraintKind::kJsonObject, ""},
       {ConstraintKind::kGrammar, "root ::= \"(\" root \")\" root | \"\""},
   };
