@@ -26,6 +26,8 @@ BIN=${TINYSERVE_BIN:-build/bin/tinyserve}
 LOAD=${SOAK_LOAD:-build/bin/soak_load}
 MODEL=${TINYSERVE_MODEL:-../shared/models/stories260K.bin}
 CONCURRENCY=${SOAK_CONCURRENCY:-16}
+OWN_OUT=0  # the folder is ours (not SOAK_OUT): removed after a pass, kept (and named) after a failure
+if [[ -z ${SOAK_OUT:-} ]]; then OWN_OUT=1; fi
 OUT=${SOAK_OUT:-$(mktemp -d /tmp/tinyserve-soak.XXXXXX)}
 mkdir -p "$OUT"
 for f in "$BIN" "$LOAD" "$MODEL"; do
@@ -108,6 +110,8 @@ trap - EXIT
 
 if [[ $FAIL -eq 0 ]]; then
   echo "soak: PASS"
+  if [[ $OWN_OUT -eq 1 ]]; then rm -rf "$OUT"; fi
 else
+  echo "soak: logs in $OUT"
   exit 1
 fi

@@ -28,7 +28,7 @@ StatusOr<std::string> RecognizeHfChatTemplate(std::string_view jinja, const std:
   auto unsupported = [&](const std::string& why) {
     return InvalidArgument(source + ": unrecognised chat_template (" + why +
                            "); known families: llama-2, llama-3, llama-3.1, llama-3.2, "
-                           "chatml, qwen2, qwen2.5, smollm2, zephyr; pass --chat-template NAME "
+                           "chatml, qwen2, qwen2.5, smollm2, zephyr, mistral; pass --chat-template NAME "
                            "to choose one");
   };
   if (Has(jinja, "<|start_header_id|>") && Has(jinja, "<|end_header_id|>") &&
@@ -56,7 +56,14 @@ StatusOr<std::string> RecognizeHfChatTemplate(std::string_view jinja, const std:
   }
   if (Has(jinja, "[INST]") && Has(jinja, "[/INST]")) {
     if (Has(jinja, "<<SYS>>")) return std::string("llama-2");
-    return unsupported("an [INST] template without <<SYS>> (Mistral style)");
+    // Mistral-7B-Instruct-v0.3's: tools in [AVAILABLE_TOOLS], results in [TOOL_RESULTS]. The
+    // older Mistral templates ("[INST] " + content + " [/INST]", no tools) space their turns
+    // differently, so they stay unrecognised rather than rendered as v0.3.
+    if (Has(jinja, "[AVAILABLE_TOOLS]") && Has(jinja, "[/AVAILABLE_TOOLS]") &&
+        Has(jinja, "[TOOL_CALLS]") && Has(jinja, "[TOOL_RESULTS]")) {
+      return std::string("mistral");
+    }
+    return unsupported("an [INST] template without <<SYS>> or Mistral v0.3's tool markers");
   }
   return unsupported("no known markers");
 }

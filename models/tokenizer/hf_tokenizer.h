@@ -52,8 +52,7 @@ struct HfTokenizerFiles {
   // prepends a BOS. Tokenizer::add_bos_by_default() returns the same value.
   bool add_bos_token = false;
   // The chat template family ("llama-2", "llama-3", "chatml", "qwen2", "qwen2.5", "smollm2",
-  // "zephyr"; the
-  // names RenderChatTemplate in server/protocol/chat_template.h knows) that tokenizer_config.json's
+  // "zephyr", "mistral", ...: the names RenderChatTemplate in server/protocol/chat_template.h knows) that tokenizer_config.json's
   // `chat_template` is recognised as, or "" when the directory has none or it is not recognised.
   std::string chat_template_name;
   // Why the directory's chat template was not recognised (RecognizeHfChatTemplate's message,
@@ -91,6 +90,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& path
 //   "chatml"   <|im_start|> ... <|im_end|> (SmolLM)
 //   "zephyr"   <|user|>, <|assistant|> and eos_token (TinyLlama, Zephyr)
 //   "llama-2"  [INST] ... [/INST] with <<SYS>> (Llama-2-chat)
+//   "mistral"  [INST] ... [/INST] with [AVAILABLE_TOOLS], [/AVAILABLE_TOOLS], [TOOL_CALLS] and
+//              [TOOL_RESULTS] (Mistral-7B-Instruct-v0.3; the older Mistral templates are refused)
 // Anything else is InvalidArgument ("unrecognised chat template ..."): never a silent guess.
 // `source` names the file in errors.
 StatusOr<std::string> RecognizeHfChatTemplate(std::string_view jinja, const std::string& source);

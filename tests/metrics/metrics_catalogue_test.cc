@@ -279,6 +279,7 @@ std::vector<std::string> Promtool(const std::string& text) {
     if (!line.empty()) lines.push_back(line);
   }
   if (pipe != nullptr) pclose(pipe);
+  std::remove(path.c_str());
   return lines;
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -74,6 +75,13 @@ class ServeBinaryTest : public ::testing::TestWithParam<int> {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
+    }
+    // Nothing is left in the temp folder, except the server's log and trace of a failed test.
+    if (HasFailure()) {
+      std::printf("server log: %s, trace: %s\n", log_path_.c_str(), trace_path_.c_str());
+    } else if (!log_path_.empty()) {
+      std::filesystem::remove(log_path_);
+      std::filesystem::remove(trace_path_);
     }
   }
   // Sends `sig` and returns the exit status (-1 if it did not exit normally within 10 s).

@@ -511,6 +511,14 @@ constexpr const char* kLlama31Fragment =
     "\"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + "
     "\"\\n\\n\" }}\n{{- \"<|eot_id|>\" }}";
 
+// The tool lines of Mistral-7B-Instruct-v0.3's template.
+constexpr const char* kMistralV03Fragment =
+    "{%- if tools is not none and (message == user_messages[-1]) %}\n    {{- \"[AVAILABLE_TOOLS] "
+    "[\" }}\n    {%- endfor %}\n    {{- \"[/AVAILABLE_TOOLS]\" }}\n{%- endif %}\n{{- \"[INST] \" + "
+    "message[\"content\"] + \"[/INST]\" }}\n{%- elif message.tool_calls is defined %}\n    {{- "
+    "\"[TOOL_CALLS] [\" }}\n{%- elif message[\"role\"] == \"tool\" %}\n    {{- '[TOOL_RESULTS] "
+    "{\"content\": ' + content|string + \", \" }}";
+
 TEST(RecognizeHfChatTemplateTest, PublishedTemplates) {
   for (auto [jinja, name] : {std::pair{kLlama2Jinja, "llama-2"},
                              {kLlama3Jinja, "llama-3"},
@@ -519,7 +527,8 @@ TEST(RecognizeHfChatTemplateTest, PublishedTemplates) {
                              {kSmolLMJinja, "chatml"},
                              {kQwen2Jinja, "qwen2"},
                              {kQwen25Fragment, "qwen2.5"},
-                             {kTinyLlamaJinja, "zephyr"}}) {
+                             {kTinyLlamaJinja, "zephyr"},
+                             {kMistralV03Fragment, "mistral"}}) {
     StatusOr<std::string> got = RecognizeHfChatTemplate(jinja, "tokenizer_config.json");
     ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
     EXPECT_EQ(*got, name);

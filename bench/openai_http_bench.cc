@@ -1,6 +1,7 @@
-// HTTP overhead measurements (disabled by default; run with
-//   test_server --gtest_also_run_disabled_tests --gtest_filter='*HttpBench*'
-// and copy the printed lines into bench/RESULTS.md):
+// HTTP overhead measurements on the test server of tests/server/openai_test_server.h (a GoogleTest
+// binary so that it shares those fixtures; not a ctest case). Run from the repository root:
+//   build/bin/openai_http_bench
+// (or --gtest_filter='*Name*' for one) and copy the printed lines into bench/RESULTS.md:
 //   - requests/s for `max_tokens: 1` completions on stories260K (keep-alive clients);
 //   - time from a token's sampling (the engine step's output time) to its SSE chunk arriving at
 //     the client, at 100 concurrent streams (an upper bound of sampling -> write), read two ways:
@@ -47,7 +48,7 @@ double Quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
-TEST(OpenAiHttpBench, DISABLED_MaxTokens1RequestsPerSecond) {
+TEST(OpenAiHttpBench, MaxTokens1RequestsPerSecond) {
   TestServerOptions options;
   options.num_threads = 64;
   OpenAiTestServer server(options);
@@ -80,7 +81,7 @@ TEST(OpenAiHttpBench, DISABLED_MaxTokens1RequestsPerSecond) {
   }
 }
 
-TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100Streams) {
+TEST(OpenAiHttpBench, SamplingToSseLatencyAt100Streams) {
   constexpr int kStreams = 100;
   TestServerOptions options;
   options.num_threads = kStreams + 8;
@@ -379,17 +380,17 @@ void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
   EXPECT_GT(latencies.size(), 0u);
 }
 
-TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100StreamsOneReader) {
+TEST(OpenAiHttpBench, SamplingToSseLatencyAt100StreamsOneReader) {
   MeasureWithOneReader(0.0);
 }
 
 // The same with the engine's CPU work shortened by nothing but a 5 ms sleep per step: how much of
 // the latency is the HTTP side competing with a CPU-bound engine for the two cores.
-TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100StreamsOneReaderSleepingEngine) {
+TEST(OpenAiHttpBench, SamplingToSseLatencyAt100StreamsOneReaderSleepingEngine) {
   MeasureWithOneReader(0.005);
 }
 
-TEST(OpenAiHttpBench, DISABLED_SamplingToSseLatencyAt100StreamsOneReaderSleepingEngineNoLogprobs) {
+TEST(OpenAiHttpBench, SamplingToSseLatencyAt100StreamsOneReaderSleepingEngineNoLogprobs) {
   MeasureWithOneReader(0.005, /*logprobs=*/false);
 }
 
