@@ -584,7 +584,7 @@ size_t ActivationBytes(QuantType t, int64_t k) {
   auto up = [](size_t b) { return (b + 63) / 64 * 64; };
   const int64_t per = IsKQuant(t) ? 256 : 32;
   const int64_t sums = IsKQuant(t) ? k / 16 : k / 32;
-  return up(static_cast<size_t>(k)) + up(static_cast<size_t>(k / per) * 4) +
+  return up(static_cast<size_t>(k)) + 2 * up(static_cast<size_t>(k / per) * 4) +
          up(static_cast<size_t>(sums) * 2);
 }
 
@@ -596,22 +596,29 @@ Q8Row QuantizeActivations(QuantType t, const float* x, int64_t k, void* storage)
   r.qs = reinterpret_cast<int8_t*>(base);
   const int64_t per = IsKQuant(t) ? 256 : 32;
   r.d = reinterpret_cast<float*>(base + up(static_cast<size_t>(k)));
+  r.s = reinterpret_cast<float*>(base + up(static_cast<size_t>(k)) +
+                                 up(static_cast<size_t>(k / per) * 4));
   r.sums = reinterpret_cast<int16_t*>(base + up(static_cast<size_t>(k)) +
-                                      up(static_cast<size_t>(k / per) * 4));
-  if (!IsKQuant(t)) {  // quantize_row_q8_0: d = amax / 127 kept as f16, q = round(x / d)
+                                      2 * up(static_cast<size_t>(k / per) * 4));
+  if (!IsKQuant(t)) {
+    // ggml's x86 quantize_row_q8_0 / quantize_row_q8_1 (what its CPU backend runs on AVX/AVX2
+    // machines, not the _ref functions, which multiply by 1 / d and round halves away from
+    // zero): d = amax / 127 stored as f16, q = x * (127 / amax) rounded to nearest, ties to
+    // even; q8_1's s = f16(d * sum(q)) with the unrounded d.
     for (int64_t b = 0; b < k / 32; ++b) {
       const float* xb = x + 32 * b;
       float amax = 0.0f;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
       const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       int sum = 0;
       for (int j = 0; j < 32; ++j) {
-        const int q = static_cast<int>(std::round(xb[j] * id));
+        const int q = NearestInt(xb[j] * id);  // |x * id| <= 127 (up to rounding)
         r.qs[32 * b + j] = static_cast<int8_t>(q);
         sum += q;
       }
       r.d[b] = HalfToFloat(FloatToHalf(d));
+      r.s[b] = HalfToFloat(FloatToHalf(d * static_cast<float>(sum)));
       r.sums[b] = static_cast<int16_t>(sum);
     }
     return r;
@@ -680,7 +687,7 @@ float CombineDots(QuantType t, const uint8_t* w, const Q8Row& x, const int32_t* 
     case QuantType::kQ5_1:
       for (int64_t b = 0; b < x.k / 32; ++b, w += bytes) {
         const float t1 = (LoadHalf(w) * x.d[b]) * static_cast<float>(dots[b]);
-        const float t2 = (LoadHalf(w + 2) * x.d[b]) * static_cast<float>(x.sums[b]);
+        const float t2 = LoadHalf(w + 2) * x.s[b];  // m * s, as ggml's vec_dot_q*_1_q8_1
         acc += t1 + t2;
       }
       return acc;

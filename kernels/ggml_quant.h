@@ -69,18 +69,20 @@ float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);
 
 // ---- activations ----------------------------------------------------------------------------
-// A row of activations quantized for the dot products: Q8_0 blocks (32 int8 and an f16 scale,
-// ggml's quantize_row_q8_0 rounding; `sums` the int sum of each block's quants, used by the
-// types with a min) or Q8_K blocks (256 int8, an fp32 scale, int sums per 16, ggml's
-// quantize_row_q8_K rounding).
+// A row of activations quantized for the dot products, bit-exact with what ggml's x86 CPU backend
+// computes: Q8_0 blocks (32 int8 and an f16 scale; the rounding of ggml's AVX2 quantize_row_q8_0:
+// q = nearest-even(x * (127 / amax)), d = f16(amax / 127)) plus q8_1's block sum s = f16(d *
+// sum(q)) for the types with a min (Q4_1, Q5_1: ggml pairs them with q8_1, whose d and qs are
+// q8_0's), or Q8_K blocks (256 int8, an fp32 scale, int sums per 16, quantize_row_q8_K).
 struct Q8Row {
   int64_t k = 0;
   int8_t* qs = nullptr;     // [k]
   float* d = nullptr;       // [k / 32] (Q8_0: the f16 scale as float) or [k / 256] (Q8_K)
+  float* s = nullptr;       // [k / 32] (Q8_0 only: q8_1's f16 s as float)
   int16_t* sums = nullptr;  // [k / 32] (Q8_0) or [k / 16] (Q8_K)
 };
 
-// Bytes QuantizeActivations needs for a row of k for weights of type t (qs, d and sums).
+// Bytes QuantizeActivations needs for a row of k for weights of type t (qs, d, s and sums).
 size_t ActivationBytes(QuantType t, int64_t k);
 // Quantizes x[0..k) into `storage` (ActivationBytes(t, k) bytes, 64-byte aligned) as weights of
 // type t want it (Q8_K for K-quants, Q8_0 otherwise) and returns the view. REQUIRES: k %

@@ -5,6 +5,7 @@
 // and batch invariance (a row alone == the same row in a batch of 1..33) on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -185,6 +186,48 @@ TEST(GgmlQuantTest, RoundTripErrorIsWithinEachTypesBound) {
 
 // Random blocks (any bytes are valid levels) and random activations: the SIMD integer dots equal
 // the scalar ones, and QuantLinear equals DotRowReference bitwise.
+// The activation side as ggml's x86 CPU backend computes it (quantize_row_q8_0 / _q8_1 with
+// AVX2): q = nearest-even(x * (127 / amax)), d = f16(amax / 127), s = f16(d * sum(q)). Expected
+// bytes derived by hand. Block 0 (amax 127: d 1, the multiplier exactly 1): halves round to even,
+// where the _ref functions' roundf would give 1, 2, 3, -1, -2, -3. Block 1 (amax 1089 / 1024, x
+// = amax / 2): f32(127 / amax) * x = 63.500004 gives 64, where the _ref multiplier f32(1 / f32(amax
+// / 127)) gives 63.499996 and 63; d = f16(0.0083738314) = 0.0083770751953125 (0x204a); s =
+// f16(f32(amax / 127) * 127) = 1089 / 1024, not f16(d) * 127 = 1.0638885.
+TEST(GgmlQuantTest, ActivationsRoundAsGgmlsCpuBackend) {
+  std::vector<float> x(64, 0.0f);
+  const float b0[7] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f};
+  std::copy(b0, b0 + 7, x.begin());
+  const float amax = 1089.0f / 1024.0f;
+  x[32] = amax;
+  x[33] = amax / 2;
+  x[34] = -amax / 2;
+  std::vector<uint8_t> act(ActivationBytes(QuantType::kQ8_0, 64) + 64);
+  uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+  const Q8Row r = QuantizeActivations(QuantType::kQ8_0, x.data(), 64, base);
+  std::vector<int8_t> want(64, 0);
+  const int8_t w0[7] = {127, 0, 2, 2, 0, -2, -2};
+  std::copy(w0, w0 + 7, want.begin());
+  want[32] = 127;
+  want[33] = 64;
+  want[34] = -64;
+  EXPECT_EQ(std::vector<int8_t>(r.qs, r.qs + 64), want);
+  EXPECT_EQ(r.d[0], 1.0f);
+  EXPECT_EQ(r.d[1], 0.0083770751953125f);
+  EXPECT_EQ(r.sums[0], 127);
+  EXPECT_EQ(r.sums[1], 127);
+  EXPECT_EQ(r.s[0], 127.0f);
+  EXPECT_EQ(r.s[1], amax);
+  // Q4_1 and Q5_1 take their min term from s: blocks of d 0 and m 1 give s[0] + s[1] exactly.
+  for (QuantType t : {QuantType::kQ4_1, QuantType::kQ5_1}) {
+    std::vector<uint8_t> w(QuantRowBytes(t, 64), 0x5a);
+    for (int b = 0; b < 2; ++b) {
+      PutHalf(w.data() + QuantBlockBytes(t) * b, 0.0f);
+      PutHalf(w.data() + QuantBlockBytes(t) * b + 2, 1.0f);
+    }
+    EXPECT_EQ(DotRowReference(t, w.data(), r), 127.0f + amax) << QuantTypeName(t);
+  }
+}
+
 TEST(GgmlQuantTest, SimdDotsEqualTheScalarOnes) {
   std::mt19937 rng(3);
   const int64_t k = 512;

@@ -11,13 +11,14 @@
 //   - tinyserve's greedy continuation is llama.cpp's argmax at every step, as long as llama.cpp's
 //     top-2 margin is larger than twice the tolerance (after a closer call the two may diverge
 //     legitimately; the comparison of that prompt stops there). At least 32 greedy tokens must be
-//     compared for each model over its prompts' longest run.
+//     compared for each model over its prompts' longest run, unless every prompt's run ended at
+//     such a close call.
 // And tokenization: tinyserve's ids equal llama.cpp's for the llama.cpp vocab files of
 // ../shared/models/llamacpp_vocab on their 46 test strings and on MULTILINGUAL (below), and on the
 // synthetic vocabulary of the generated files.
 //
 // Usage: node oracle.mjs --tinyserve BIN --helper BIN --shared DIR --work DIR
-//                        [--dtypes f32,f16,bf16] [--presets a,b] [--gen 40]
+//                        [--dtypes f32,f16,bf16,q8_0,...] [--presets a,b] [--gen 40]
 // Prints one line per check and a summary table; exits 1 on any failure.
 import {execFileSync} from "node:child_process";
 import fs from "node:fs";
@@ -28,14 +29,22 @@ import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 // different summation order. F16/BF16: tinyserve widens the weights to fp32 and multiplies fp32
 // activations, llama.cpp's CPU kernels round the activations to the weight type first.
 //
-// Quantized types (not in the default list; TINYSERVE_ORACLE_DTYPES=q8_0,... runs them): both sides
-// read the same blocks, yet the differences measured on 2026-12-02 were 0.15-0.41 for every type,
-// q8_0 included (more than bf16's), and on llama-3.2-1b-q8_0 tinyserve and llama.cpp were as far
-// apart (0.44) as either was from the f32 file (0.44-0.45): their quantization errors look
-// uncorrelated. Provisional tolerances until that is understood (how each side quantizes the
-// activations, or a bug).
+//
+// Quantized types: both sides read the same blocks (a file with them dequantized to F32 gives
+// 3.6e-5 on stories260K-q8_0, 3.1e-5 on llama-3.2-1b-q8_0) and quantize the activations the
+// same way (Q8_0 / q8_1 / Q8_K rounding as ggml's x86 CPU backend, pinned by
+// GgmlQuantTest.ActivationsRoundAsGgmlsCpuBackend), yet differ by 0.13-0.39 (measured 2026-12-02,
+// max per type below). Not a bug: rounding the activations to 8 bits amplifies the ulp-level fp32
+// differences (summation order in norms, attention, GEMMs) into whole quantization steps. At
+// these tiny widths (64-256) the activation quantization alone moves the log-probabilities by
+// 0.34-0.36 on either side (quantized file against its dequantized F32 copy: tinyserve 0.34,
+// llama.cpp 0.34 on stories260K-q8_0), and moving every activation of tinyserve's by one ulp
+// before it is quantized moves tinyserve's own log-probabilities by 0.15-0.17: two
+// implementations that are not bit-identical in fp32 see uncorrelated activation-rounding
+// errors. Tolerances: the measured maximum (q8_0 0.35, q4_0 0.39, q4_k 0.38, q5_k 0.38, q6_k
+// 0.35, q4_k_m 0.35) with a margin of about 1.4.
 const TOLERANCE = {f32: 5e-4, f16: 5e-2, bf16: 2.5e-1,
-                   q8_0: 0.5, q4_0: 0.5, q4_k: 0.5, q5_k: 0.5, q6_k: 0.5, q4_k_m: 0.5};
+                   q8_0: 0.5, q4_0: 0.55, q4_k: 0.55, q5_k: 0.55, q6_k: 0.5, q4_k_m: 0.5};
 const LOGPROB_FLOOR = -20;
 const MIN_GREEDY = 32;
 
@@ -49,7 +58,7 @@ const MULTILINGUAL = [
 ];
 
 function parseArgs(argv) {
-  const a = {dtypes: "f32,f16,bf16", presets: "", gen: "40"};
+  const a = {dtypes: "f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k,q4_k_m", presets: "", gen: "40"};
   for (let i = 2; i < argv.length; i += 2) a[argv[i].replace(/^--/, "")] = argv[i + 1];
   for (const k of ["tinyserve", "helper", "shared", "work"]) {
     if (!a[k]) throw new Error(`missing --${k}`);
@@ -128,7 +137,7 @@ async function compareModel(label, file, dtype) {
   fs.writeFileSync(promptsFile, JSON.stringify(prompts(vocab)));
   const ours = JSON.parse(run(args.helper, ["logprobs", "--model", file, "--prompts", promptsFile,
                                             "--gen", String(gen)]));
-  let maxDiff = 0, rowsCompared = 0, bestGreedy = 0, greedyMismatch = 0;
+  let maxDiff = 0, rowsCompared = 0, bestGreedy = 0, greedyMismatch = 0, closeCalls = 0;
   for (const r of ours.results) {
     const theirs = await llamaCppRows(model, r.tokens, r.num_prompt);
     let greedyRun = 0, greedyOpen = true;
@@ -153,7 +162,7 @@ async function compareModel(label, file, dtype) {
         if (arg === r.tokens[i + 1]) {
           greedyRun++;
         } else {
-          if (top1 - top2 > 2 * tol) greedyMismatch++;
+          if (top1 - top2 > 2 * tol) greedyMismatch++; else closeCalls++;
           greedyOpen = false;
         }
       }
@@ -163,7 +172,12 @@ async function compareModel(label, file, dtype) {
   await model.dispose();
   check(maxDiff <= tol, `${label}: max |dlogprob| ${maxDiff.toExponential(2)} <= ${tol} over ${rowsCompared} rows`);
   check(greedyMismatch === 0, `${label}: greedy tokens agree wherever llama.cpp's top-2 margin > ${2 * tol}`);
-  check(bestGreedy >= MIN_GREEDY, `${label}: ${bestGreedy} greedy tokens compared in a row (>= ${MIN_GREEDY})`);
+  // Fewer than MIN_GREEDY only where every prompt's run ended at a close call (the margin did
+  // not allow more).
+  const allClose = closeCalls === ours.results.length;
+  check(bestGreedy >= MIN_GREEDY || allClose,
+        `${label}: ${bestGreedy} greedy tokens compared in a row (>= ${MIN_GREEDY}` +
+        `${allClose ? ", or every prompt ended at a close call" : ""})`);
   return {label, dtype, maxDiff, rows: rowsCompared, greedy: bestGreedy};
 }
 

@@ -2,7 +2,8 @@
 # The llama.cpp oracle suite (ctest label oracle): installs the pinned node-llama-cpp
 # (package-lock.json) on first use and runs oracle.mjs with the tinyserve binary ($1), the
 # oracle helper ($2) and the shared data folder ($3). Dtypes: $TINYSERVE_ORACLE_DTYPES (comma
-# separated, default f32,f16,bf16). Exits 77 (ctest: skipped) only when node or npm is missing.
+# separated; default f32,f16,bf16 and the quantized q8_0,q4_0,q4_k,q5_k,q6_k,q4_k_m). Exits 77
+# (ctest: skipped) only when node or npm is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -18,4 +19,4 @@ fi
 work="$(mktemp -d /tmp/tinyserve-oracle.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 node oracle.mjs --tinyserve "$1" --helper "$2" --shared "$3" --work "$work" \
-  --dtypes "${TINYSERVE_ORACLE_DTYPES:-f32,f16,bf16}"
+  --dtypes "${TINYSERVE_ORACLE_DTYPES:-f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k,q4_k_m}"
