@@ -385,7 +385,7 @@ void EngineCore::FinishGrammarMasks() {
   scheduler_.AddStructuredMaskStats(static_cast<int32_t>(mask_jobs_.size()),
                                     mask_fill_->fill_seconds(), mask_fill_->awaited_seconds());
   for (MaskJob& job : mask_jobs_) {
-    if (!job.error.empty()) grammar_errors_.emplace_back(job.req->request_id, std::move(job.error));
+    if (job.error != nullptr) grammar_errors_.emplace_back(job.req->request_id, job.error);
   }
   mask_jobs_.clear();
   mask_fill_ = nullptr;

@@ -184,9 +184,9 @@ class EngineCore {
   // FinishGrammarErrors (after Update()) finishes those requests with reason error.
   struct MaskJob {
     Request* req = nullptr;
-    std::span<uint32_t> mask;  // the request's row of the batch's token_bitmask
-    bool replay = false;       // Reset() and replay the kept outputs first
-    std::string error;         // set by the fill when the request is to fail
+    std::span<uint32_t> mask;     // the request's row of the batch's token_bitmask
+    bool replay = false;          // Reset() and replay the kept outputs first
+    const char* error = nullptr;  // set by the fill when the request is to fail (no allocation)
   };
   // Waits for a step's fill when it is destroyed: on every path out of the step, no fill outlives
   // it (FinishGrammarMasks does the same on the normal path and reads the results).
