@@ -41,6 +41,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_flag("--batch-invariant", f.batch_invariant,
                 "CUDA: GEMMs by a batch-invariant kernel instead of cuBLAS, so that a request's "
                 "logits do not depend on the batch (slower; the CPU backend always is)");
+  cmd->add_option("--overlap-grammar-masks", f.overlap_grammar_masks,
+                  "structured outputs: compute the token masks while the forward pass runs "
+                  "(auto = on for CUDA, off for the CPU)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
 }
 
 int32_t ChooseNumKvBlocks(const EngineFlags& f, const ModelConfig& config, int64_t max_concurrent) {
@@ -66,6 +70,8 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
   opts.max_num_seqs = f.max_num_seqs;
   opts.max_num_batched_tokens = f.max_num_batched_tokens;
   opts.enforce_eager = f.enforce_eager;
+  if (f.overlap_grammar_masks != "auto")
+    opts.overlap_grammar_masks = f.overlap_grammar_masks == "on";
   opts.gpu_memory_utilization = static_cast<float>(f.gpu_memory_utilization);
   // On the CPU the cache is sized from the flags; on a device, from free memory unless given.
   opts.num_kv_blocks = (*backend)->is_host() || f.num_kv_blocks > 0

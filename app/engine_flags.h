@@ -33,11 +33,14 @@ struct EngineFlags {
   // CUDA: our own batch-invariant GEMM instead of cuBLAS (see CudaBackendOptions). The CPU backend
   // is always batch-invariant; there the flag changes nothing but the log line.
   bool batch_invariant = false;
+  // Structured outputs: compute the grammar masks while the forward pass runs. "auto": the
+  // backend's default (ModelRunnerOptions::overlap_grammar_masks), "on", "off".
+  std::string overlap_grammar_masks = "auto";
 };
 
 // Adds --threads, --device, --max-num-seqs, --max-num-batched-tokens, --block-size,
 // --num-kv-blocks, --max-model-len, --[no-]enable-prefix-caching, --scheduling-policy, --dtype,
-// --gpu-memory-utilization, --enforce-eager, --batch-invariant.
+// --gpu-memory-utilization, --enforce-eager, --batch-invariant, --overlap-grammar-masks.
 void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
 
 // The number of KV blocks to allocate on the CPU: --num-kv-blocks, else enough for

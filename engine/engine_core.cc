@@ -234,12 +234,17 @@ bool EngineCore::Step() {
     for (Request* req : plan.preempted) {
       if (req->matcher != nullptr) req->matcher_needs_replay = true;
     }
-    FillGrammarMasks(plan);
+    // The masks are written on the mask worker while the executor runs (when it awaits them);
+    // the guard waits for them before anything reads them here, and before the step ends on
+    // every path.
+    StartGrammarMasks(plan);
+    const MaskFillGuard masks(mask_fill_);
     DispatchEvents(/*notify=*/false);
     const ScheduledBatch& batch = plan.batch;
     if (batch.num_seqs() > 0) {
       did_work = true;
       StatusOr<ExecutorOutput> result = ExecuteBatch(batch);
+      FinishGrammarMasks();
       if (result.ok()) {
         Status shape = CheckOutput(batch, *result);
         if (!shape.ok()) result = shape;
@@ -280,7 +285,6 @@ bool EngineCore::Step() {
 }
 
 bool EngineCore::ReplayMatcher(Request& req) {
-  req.matcher_needs_replay = false;
   req.matcher->Reset();
   for (int32_t i = req.num_prompt_tokens; i < req.num_tokens(); ++i) {
     if (req.matcher->is_terminated()) break;  // ignore_eos: the outputs after a stop token
@@ -303,15 +307,18 @@ bool EngineCore::IsEosToken(const Request& req, int32_t token) const {
   return std::find(extra.begin(), extra.end(), token) != extra.end();
 }
 
-void EngineCore::FillGrammarMasks(SchedulerOutput& plan) {
+void EngineCore::StartGrammarMasks(SchedulerOutput& plan) {
   grammar_errors_.clear();
+  mask_jobs_.clear();
+  mask_fill_ = nullptr;
   ScheduledBatch& batch = plan.batch;
   int32_t num_rows = 0;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     num_rows += batch.sample[s] && plan.requests[s]->matcher != nullptr;
   }
   if (num_rows == 0) return;
-  const auto start = std::chrono::steady_clock::now();
+  // Everything but the mask words is decided here, on the engine thread: the rows, the batch's
+  // shape, which matchers replay. The fill touches only the jobs' matchers and mask words.
   const int32_t words = (vocab_size_ + 31) / 32;
   batch.bitmask_words = words;
   batch.token_bitmask.assign(static_cast<size_t>(num_rows) * words, 0u);
@@ -320,27 +327,68 @@ void EngineCore::FillGrammarMasks(SchedulerOutput& plan) {
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     Request& req = *plan.requests[s];
     if (!batch.sample[s] || req.matcher == nullptr) continue;
-    std::span<uint32_t> mask(batch.token_bitmask.data() + static_cast<size_t>(row) * words,
-                             static_cast<size_t>(words));
+    MaskJob job;
+    job.req = &req;
+    job.mask = std::span<uint32_t>(batch.token_bitmask.data() + static_cast<size_t>(row) * words,
+                                   static_cast<size_t>(words));
+    job.replay = req.matcher_needs_replay;
+    req.matcher_needs_replay = false;
+    mask_jobs_.push_back(job);
     batch.bitmask_row[s] = row++;
-    if (req.matcher_needs_replay && !ReplayMatcher(req)) {
+  }
+  auto fill = std::make_shared<BitmaskFill>();
+  auto run = [this, fill] {
+    if (mask_fill_hook_) mask_fill_hook_();
+    const auto start = std::chrono::steady_clock::now();
+    for (MaskJob& job : mask_jobs_) FillMask(job);
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    fill->Done(elapsed.count());
+  };
+  bool started = false;
+  if (executor_->AwaitsBitmaskFill()) {
+    try {
+      started = mask_worker_.Run(run);
+    } catch (const std::bad_alloc&) {
+      started = false;
+    }
+  }
+  if (!started) run();  // the masks complete before Execute()
+  batch.bitmask_fill = fill;
+  mask_fill_ = std::move(fill);
+}
+
+void EngineCore::FillMask(MaskJob& job) const {
+  Request& req = *job.req;
+  try {
+    if (job.replay && !ReplayMatcher(req)) {
       // Cannot happen (the kept outputs were accepted once); the mask stays all zeros and the
       // request fails after this step.
-      grammar_errors_.emplace_back(req.request_id,
-                                   "structured output: replaying the kept outputs after a "
-                                   "preemption failed");
-      continue;
+      job.error = "structured output: replaying the kept outputs after a preemption failed";
+      return;
     }
     if (req.matcher->is_terminated()) {
       // ignore_eos kept the request going after the grammar's stop token: only EOS again.
-      if (req.eos_token_id) SetBit(mask, *req.eos_token_id);
-      for (int32_t t : scheduler_.config().extra_eos_token_ids) SetBit(mask, t);
+      if (req.eos_token_id) SetBit(job.mask, *req.eos_token_id);
+      for (int32_t t : scheduler_.config().extra_eos_token_ids) SetBit(job.mask, t);
     } else {
-      req.matcher->FillNextTokenBitmask(mask);
+      req.matcher->FillNextTokenBitmask(job.mask);
     }
+  } catch (const std::bad_alloc&) {
+    std::fill(job.mask.begin(), job.mask.end(), 0u);
+    job.error = "structured output: out of memory while computing the token mask";
   }
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  scheduler_.AddStructuredMaskStats(num_rows, elapsed.count());
+}
+
+void EngineCore::FinishGrammarMasks() {
+  if (mask_fill_ == nullptr) return;
+  mask_fill_->Wait();
+  scheduler_.AddStructuredMaskStats(static_cast<int32_t>(mask_jobs_.size()),
+                                    mask_fill_->fill_seconds(), mask_fill_->awaited_seconds());
+  for (MaskJob& job : mask_jobs_) {
+    if (job.error != nullptr) grammar_errors_.emplace_back(job.req->request_id, job.error);
+  }
+  mask_jobs_.clear();
+  mask_fill_ = nullptr;
 }
 
 void EngineCore::AdvanceMatchers(const SchedulerOutput& plan) {

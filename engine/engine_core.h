@@ -30,6 +30,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +45,7 @@
 #include "base/status.h"
 #include "base/thread_annotations.h"
 #include "base/token_logprobs.h"
+#include "engine/bitmask_fill.h"
 #include "engine/engine_observer.h"
 #include "engine/kv_cache_events.h"
 #include "engine/model_executor.h"
@@ -131,6 +133,10 @@ class EngineCore {
   std::vector<int32_t> eos_token_ids() const;
   // Engine thread (or owner without thread) only.
   const Scheduler& scheduler() const { return scheduler_; }
+  // Tests: `hook` runs at the start of every grammar-mask fill, on the thread that fills (the mask
+  // worker when the executor AwaitsBitmaskFill()), so a test can hold a fill back. REQUIRES: no
+  // step running.
+  void SetMaskFillHookForTesting(std::function<void()> hook) { mask_fill_hook_ = std::move(hook); }
 
  private:
   struct InboxItem {
@@ -168,12 +174,39 @@ class EngineCore {
   // Hands the block pool's KV-cache events to the sink, if any.
   void FlushKvCacheEvents();
   void Loop();
-  // Structured outputs. FillGrammarMasks: after Schedule(), the grammar mask of every constrained
-  // sampled sequence into the batch (a preempted request's matcher replayed first), timed into the
-  // stats. AdvanceMatchers: after Execute(), each constrained sequence's matcher takes its sampled
-  // token; a token the grammar rejects (an executor that ignored the mask) is remembered, and
+  // Structured outputs. StartGrammarMasks: after Schedule(), sizes the batch's grammar masks (one
+  // row per constrained sampled sequence) and starts their fill (a preempted request's matcher
+  // replayed first): on the mask worker when the executor AwaitsBitmaskFill(), so that it overlaps
+  // the forward pass, else here, before Execute(). FinishGrammarMasks: after Execute(), waits for
+  // the fill and adds its time (and the time the executor blocked on it) to the stats.
+  // AdvanceMatchers: after Execute(), each constrained sequence's matcher takes its sampled token;
+  // a token the grammar rejects (an executor that ignored the mask) is remembered, and
   // FinishGrammarErrors (after Update()) finishes those requests with reason error.
-  void FillGrammarMasks(SchedulerOutput& plan);
+  struct MaskJob {
+    Request* req = nullptr;
+    std::span<uint32_t> mask;     // the request's row of the batch's token_bitmask
+    bool replay = false;          // Reset() and replay the kept outputs first
+    const char* error = nullptr;  // set by the fill when the request is to fail (no allocation)
+  };
+  // Waits for a step's fill when it is destroyed: on every path out of the step, no fill outlives
+  // it (FinishGrammarMasks does the same on the normal path and reads the results).
+  class MaskFillGuard {
+   public:
+    explicit MaskFillGuard(std::shared_ptr<const BitmaskFill> fill) : fill_(std::move(fill)) {}
+    ~MaskFillGuard() {
+      if (fill_ != nullptr) fill_->Wait();
+    }
+    MaskFillGuard(const MaskFillGuard&) = delete;
+    MaskFillGuard& operator=(const MaskFillGuard&) = delete;
+
+   private:
+    const std::shared_ptr<const BitmaskFill> fill_;
+  };
+  void StartGrammarMasks(SchedulerOutput& plan);
+  // Fills one job's mask (on the mask worker or the engine thread): touches only the job, its
+  // request's matcher (and reads the request's tokens and EOS ids).
+  void FillMask(MaskJob& job) const;
+  void FinishGrammarMasks();
   void AdvanceMatchers(const SchedulerOutput& plan);
   void FinishGrammarErrors(double now);
   // Reset()s req's matcher and replays its outputs; false iff the grammar rejects one.
@@ -209,6 +242,13 @@ class EngineCore {
   std::atomic<bool> dead_{false};                        // written under inbox_mu_
   uint64_t num_submitted_ TS_GUARDED_BY(inbox_mu_) = 0;  // seeds unseeded requests
   std::thread thread_;
+
+  // The step's grammar-mask fill: the jobs belong to the fill from StartGrammarMasks() until it is
+  // done. The worker is declared last: destroyed (joined) first.
+  std::vector<MaskJob> mask_jobs_;
+  std::shared_ptr<BitmaskFill> mask_fill_;
+  std::function<void()> mask_fill_hook_;
+  BitmaskFillWorker mask_worker_;
 };
 
 }  // namespace tinyserve

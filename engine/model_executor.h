@@ -39,6 +39,12 @@ class ModelExecutor {
   // batch is invalid or the device fails.
   virtual StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) = 0;
 
+  // Structured outputs: true iff Execute() calls batch.AwaitBitmask() before it reads or copies
+  // the words of batch.token_bitmask. The engine then computes those words on its mask worker
+  // while Execute() runs (the forward pass overlaps the masks); otherwise (the default) they are
+  // complete before Execute() is called.
+  virtual bool AwaitsBitmaskFill() const { return false; }
+
   // Forgets the sampling state of these finished requests (keys it does not hold are ignored).
   // Called on the engine thread after each step in which requests finished, and at shutdown.
   virtual void Release(const std::vector<uint64_t>& keys) = 0;

@@ -16,15 +16,18 @@
 // (ModelExecutor::Release, once the request finished). A sampled key it does not know is an
 // error; a released key it does not know is ignored.
 //
-// A plain value type: copyable, no pointers into other objects. Validate() checks every invariant
-// an executor relies on, so a bad batch is an error value rather than a wild memory access.
+// A plain value type: copyable, no pointers into other objects but `bitmask_fill` (shared, so a
+// copy keeps it alive). Validate() checks every invariant an executor relies on, so a bad batch is
+// an error value rather than a wild memory access.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "base/status.h"
+#include "engine/bitmask_fill.h"
 #include "engine/sampling_params.h"
 
 namespace tinyserve {
@@ -80,6 +83,10 @@ struct ScheduledBatch {
   int32_t bitmask_words = 0;
   std::vector<uint32_t> token_bitmask;
   std::vector<int32_t> bitmask_row;
+  // Null, or the fill still writing the words of token_bitmask (engine/bitmask_fill.h): only for
+  // an executor that AwaitsBitmaskFill() (engine/model_executor.h), which must call AwaitBitmask()
+  // before it reads or copies those words. Their count and bitmask_row are final either way.
+  std::shared_ptr<const BitmaskFill> bitmask_fill;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
@@ -91,7 +98,12 @@ struct ScheduledBatch {
   int32_t num_bitmask_rows() const {
     return bitmask_words == 0 ? 0 : static_cast<int32_t>(token_bitmask.size()) / bitmask_words;
   }
-  // Sequence s's grammar mask (bitmask_words words), or null when it has none.
+  // Blocks until the words of token_bitmask are written (at once when there is no fill).
+  void AwaitBitmask() const {
+    if (bitmask_fill != nullptr) bitmask_fill->Await();
+  }
+  // Sequence s's grammar mask (bitmask_words words), or null when it has none. The pointer is
+  // valid at once; the words only after AwaitBitmask().
   const uint32_t* bitmask_of(int32_t seq) const {
     if (bitmask_row.empty() || bitmask_row[seq] < 0) return nullptr;
     return token_bitmask.data() + static_cast<size_t>(bitmask_row[seq]) * bitmask_words;

@@ -245,6 +245,7 @@ void Scheduler::BuildBatch() {
   b.bitmask_words = 0;
   b.token_bitmask.clear();
   b.bitmask_row.clear();
+  b.bitmask_fill.reset();
   size_t max_blocks = 0;
   for (const Request* req : out_.requests) max_blocks = std::max(max_blocks, req->block_ids.size());
   b.max_blocks_per_seq = static_cast<int32_t>(max_blocks);

@@ -121,9 +121,10 @@ class Scheduler {
   // Zeroes this step's counters for a step that schedules nothing (Schedule() does it otherwise).
   void ResetStats(double now) { stats_.Reset(now); }
   // Adds the step's structured-output mask work (EngineCore) to stats().
-  void AddStructuredMaskStats(int32_t num_seqs, double seconds) {
+  void AddStructuredMaskStats(int32_t num_seqs, double fill_seconds, double awaited_seconds = 0.0) {
     stats_.num_structured_seqs += num_seqs;
-    stats_.structured_mask_seconds += seconds;
+    stats_.structured_mask_seconds += fill_seconds;
+    stats_.structured_mask_awaited_seconds += awaited_seconds;
   }
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }

@@ -55,10 +55,13 @@ struct SchedulerStats {
   // first admitted (vLLM's prompt_tokens_cached_total; hits on a resumed request's own blocks
   // excluded).
   int32_t num_prompt_tokens_cached = 0;
-  // Structured outputs: the sampled sequences that had a grammar mask this step, and the time the
-  // engine spent computing those masks (a steady clock around the fills, in seconds).
+  // Structured outputs: the sampled sequences that had a grammar mask this step, the time the
+  // engine spent computing those masks (a steady clock around the fill, on the mask worker or the
+  // engine thread, in seconds), and of it the time the executor blocked waiting for them
+  // (ScheduledBatch::AwaitBitmask; 0 when the fill finished before Execute(), or before sampling).
   int32_t num_structured_seqs = 0;
   double structured_mask_seconds = 0.0;
+  double structured_mask_awaited_seconds = 0.0;
 
   // Zeroes the step's values.
   void Reset(double now) {

@@ -304,6 +304,10 @@ LogitsOutput ModelRunner::CopyLogits(const ScheduledBatch& batch, const StepRows
   return out;
 }
 
+bool ModelRunner::AwaitsBitmaskFill() const {
+  return options_.overlap_grammar_masks.value_or(!backend_->is_host());
+}
+
 StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   sampling_.Apply(batch);
   StatusOr<std::vector<SampleRow>> sample = sampling_.Rows(batch);
@@ -320,6 +324,9 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   const float* logits = logits_.as<float>();
   ExecutorOutput out;
   out.sampled.resize(sample->size());
+  // The forward pass is queued (on a device backend, still running): now the grammar masks are
+  // needed (the engine filled them meanwhile, AwaitsBitmaskFill).
+  batch.AwaitBitmask();
   // Sampled rows are the first rows of the logits, except in a graph step where some sequences
   // did not sample (one-token prefill chunks): then row by row.
   const bool contiguous =

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct ModelRunnerOptions {
   bool enforce_eager = false;
   // Tests: after each Execute(), keep the sampled rows' logits on the host (last_sampled_logits()).
   bool keep_sampled_logits = false;
+  // Structured outputs: let the engine compute the grammar masks while the forward pass runs
+  // (AwaitsBitmaskFill). Unset: the backend's default (on where the forward is asynchronous, a
+  // device backend; off on the host, whose forward already uses every core).
+  std::optional<bool> overlap_grammar_masks;
 };
 
 // Logits of one forward pass on the host (ComputeLogits): the sampled sequences' rows, then the
@@ -68,6 +73,7 @@ class ModelRunner final : public ModelExecutor {
   ~ModelRunner() override;
 
   StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override;
+  bool AwaitsBitmaskFill() const override;
   void Release(const std::vector<uint64_t>& keys) override { sampling_.Release(keys); }
   // Requests whose sampling state the runner holds.
   size_t num_sampling_states() const { return sampling_.size(); }

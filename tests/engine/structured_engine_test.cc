@@ -1,10 +1,15 @@
 // Structured outputs in the engine (EngineRequest::grammar): every constrained sampled row gets
 // its grammar mask in the batch, the matcher follows the sampled tokens, a token the grammar
 // rejects fails only its request, and outputs are identical alone, batched and preempted (the
-// matcher is replayed after a recompute).
+// matcher is replayed after a recompute); with an executor that AwaitsBitmaskFill(), the masks are
+// filled while Execute() runs, awaited before sampling, and never outlive the step.
+#include <functional>
 #include <map>
 #include <memory>
+#include <semaphore>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
@@ -82,6 +87,25 @@ EngineRequest Constrained(const std::string& id, int32_t salt, uint64_t seed,
   return r;
 }
 
+// An executor that lets the engine fill the masks while it runs: it awaits them before its sampling
+// (and before the fake's copy of the batch), and records what it saw.
+class OverlappingExecutor : public FakeExecutor {
+ public:
+  using FakeExecutor::FakeExecutor;
+  bool AwaitsBitmaskFill() const override { return true; }
+  StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override {
+    if (on_execute) on_execute(batch);
+    if (batch.bitmask_fill != nullptr) fills.push_back(batch.bitmask_fill);
+    batch.AwaitBitmask();
+    done_when_sampling.push_back(batch.bitmask_fill == nullptr || batch.bitmask_fill->done());
+    return FakeExecutor::Execute(batch);
+  }
+
+  std::function<void(const ScheduledBatch&)> on_execute;  // at the start of Execute()
+  std::vector<std::shared_ptr<const BitmaskFill>> fills;  // every step's fill
+  std::vector<bool> done_when_sampling;                   // per Execute(): after AwaitBitmask()
+};
+
 struct RunResult {
   std::map<std::string, RequestOutput> outputs;
   int64_t preemptions = 0;
@@ -89,11 +113,14 @@ struct RunResult {
   std::vector<SchedulerStats> steps;
 };
 
-// Runs `requests` to the end on an engine over `num_blocks` blocks of 4 slots.
-RunResult RunAll(std::vector<EngineRequest> requests, int32_t num_blocks,
-                 int32_t max_num_seqs = 8) {
+// Runs `requests` to the end on an engine over `num_blocks` blocks of 4 slots; with `overlap`, on
+// an OverlappingExecutor (the masks filled on the engine's mask worker during Execute()).
+RunResult RunAll(std::vector<EngineRequest> requests, int32_t num_blocks, int32_t max_num_seqs = 8,
+                 bool overlap = false) {
   FakeClock clock;
-  FakeExecutor executor(num_blocks, 4, kVocab, /*max_model_len=*/64, &clock, 1.0);
+  FakeExecutor plain(num_blocks, 4, kVocab, /*max_model_len=*/64, &clock, 1.0);
+  OverlappingExecutor overlapping(num_blocks, 4, kVocab, /*max_model_len=*/64, &clock, 1.0);
+  FakeExecutor& executor = overlap ? overlapping : plain;
   RecordingObserver recorder;
   EngineConfig config;
   config.max_num_seqs = max_num_seqs;
@@ -189,12 +216,18 @@ TEST(StructuredEngineTest, OutputsAreIdenticalAloneBatchedAndPreempted) {
     RunResult run = RunAll(std::move(one), 64);
     alone[testing::Name("r", i)] = run.outputs[testing::Name("r", i)].token_ids;
   }
-  std::vector<EngineRequest> batch, storm;
+  std::vector<EngineRequest> batch, storm, batch_overlapped, storm_overlapped;
   for (int i = 0; i < 8; ++i) batch.push_back(make(i));
   for (int i = 0; i < 8; ++i) storm.push_back(make(i));
+  for (int i = 0; i < 8; ++i) batch_overlapped.push_back(make(i));
+  for (int i = 0; i < 8; ++i) storm_overlapped.push_back(make(i));
   RunResult batched = RunAll(std::move(batch), 64);
   RunResult preempted = RunAll(std::move(storm), /*num_blocks=*/9);
+  // The same with the masks filled while Execute() runs.
+  RunResult batched_overlapped = RunAll(std::move(batch_overlapped), 64, 8, /*overlap=*/true);
+  RunResult preempted_overlapped = RunAll(std::move(storm_overlapped), 9, 8, /*overlap=*/true);
   EXPECT_GT(preempted.preemptions, 0);
+  EXPECT_GT(preempted_overlapped.preemptions, 0);
   for (int i = 0; i < 8; ++i) {
     const std::string id = testing::Name("r", i);
     const std::vector<int32_t>& want = alone[id];
@@ -209,6 +242,121 @@ TEST(StructuredEngineTest, OutputsAreIdenticalAloneBatchedAndPreempted) {
     EXPECT_EQ(batched.outputs[id].token_ids, want) << id;
     EXPECT_EQ(preempted.outputs[id].token_ids, want) << id;
     EXPECT_EQ(preempted.outputs[id].finish_reason, FinishReason::kStop) << id;
+    EXPECT_EQ(batched_overlapped.outputs[id].token_ids, want) << id;
+    EXPECT_EQ(preempted_overlapped.outputs[id].token_ids, want) << id;
+  }
+}
+
+// The fill is held back until Execute() has begun (a hook on the fill that waits for a semaphore
+// Execute() releases), so Execute() deterministically starts before the masks are done; the
+// executor's AwaitBitmask() then returns only once they are, and they are exactly the matcher's
+// masks. The stats count the fills and the time the executor waited.
+TEST(StructuredEngineTest, TheMaskFillOverlapsExecuteAndIsAwaitedBeforeSampling) {
+  const auto grammar = CompileOk(GrammarSpec());
+  ASSERT_NE(grammar, nullptr);
+  FakeClock clock;
+  OverlappingExecutor executor(64, 4, kVocab, 64, &clock, 1.0);
+  RecordingObserver recorder;
+  EngineConfig config;
+  config.eos_token_id = kEos;
+  EngineCore core(config, &executor, &clock);
+  core.AddObserver(&recorder);
+  std::counting_semaphore<> execute_began(0);
+  int32_t hooks =
+      0;  // written on the mask worker, read after the run (the fills' Wait() orders it)
+  // On the engine thread (no overlap) the hook must not wait: Execute() would never come.
+  const std::thread::id engine_thread = std::this_thread::get_id();
+  core.SetMaskFillHookForTesting([&] {
+    ++hooks;
+    if (std::this_thread::get_id() == engine_thread) {
+      ADD_FAILURE() << "the mask fill ran on the engine thread";
+      return;
+    }
+    execute_began.acquire();
+  });
+  std::vector<bool> done_when_execute_began;
+  executor.on_execute = [&](const ScheduledBatch& batch) {
+    if (batch.bitmask_fill == nullptr) return;
+    done_when_execute_began.push_back(batch.bitmask_fill->done());
+    execute_began.release();
+  };
+  auto cs = testing::SubmitOk(core, Constrained("c", 3, 11, grammar));
+  auto ps = testing::SubmitOk(core, MakeEngineRequest("p", testing::Prompt(6, 9, kVocab), 10));
+  testing::RunUntilIdle(core);
+  const RequestOutput c = testing::Drain(*cs);
+  ASSERT_TRUE(c.finished);
+  EXPECT_EQ(c.finish_reason, FinishReason::kStop) << c.error_message;
+  ASSERT_GE(c.token_ids.size(), 4u);
+  EXPECT_TRUE(
+      MatchesGrammar(TextOf(std::vector<int32_t>(c.token_ids.begin(), c.token_ids.end() - 1))));
+  EXPECT_EQ(testing::Drain(*ps).token_ids.size(), 10u);
+
+  // One fill per sampled step of "c", each begun-before-done and done when sampling.
+  ASSERT_EQ(executor.fills.size(), c.token_ids.size());
+  EXPECT_EQ(hooks, static_cast<int32_t>(c.token_ids.size()));
+  EXPECT_EQ(done_when_execute_began, std::vector<bool>(c.token_ids.size(), false));
+  for (bool done : executor.done_when_sampling) EXPECT_TRUE(done);
+  for (const auto& fill : executor.fills) EXPECT_TRUE(fill->done());
+  // The masks the executor sampled with (its copies, made after the await) are the matcher's.
+  structured::Matcher matcher(grammar);
+  std::vector<uint32_t> want(static_cast<size_t>(matcher.bitmask_words()));
+  size_t next = 0;
+  for (const ScheduledBatch& b : executor.batches()) {
+    for (int32_t s = 0; s < b.num_seqs(); ++s) {
+      if (b.bitmask_of(s) == nullptr) continue;
+      ASSERT_LT(next, c.token_ids.size());
+      matcher.FillNextTokenBitmask(want);
+      EXPECT_EQ(std::vector<uint32_t>(b.bitmask_of(s), b.bitmask_of(s) + b.bitmask_words), want);
+      ASSERT_TRUE(matcher.AcceptToken(c.token_ids[next++]));
+    }
+  }
+  EXPECT_EQ(next, c.token_ids.size());
+  int32_t counted = 0;
+  for (const SchedulerStats& s : recorder.steps) {
+    counted += s.num_structured_seqs;
+    EXPECT_GE(s.structured_mask_awaited_seconds, 0.0);
+  }
+  EXPECT_EQ(counted, static_cast<int32_t>(c.token_ids.size()));
+}
+
+// An executor that awaits the masks but fails (an error, or an exception) without awaiting them:
+// the engine still waits for the fill before the step ends, and the batch's requests fail.
+TEST(StructuredEngineTest, TheEngineWaitsForTheFillWhenExecuteFails) {
+  const auto grammar = CompileOk(GrammarSpec());
+  ASSERT_NE(grammar, nullptr);
+  for (bool throws : {false, true}) {
+    class FailingExecutor : public OverlappingExecutor {
+     public:
+      using OverlappingExecutor::OverlappingExecutor;
+      StatusOr<ExecutorOutput> Execute(const ScheduledBatch& batch) override {
+        if (on_execute) on_execute(batch);
+        if (batch.bitmask_fill == nullptr) return FakeExecutor::Execute(batch);
+        fills.push_back(batch.bitmask_fill);
+        if (throws) throw std::runtime_error("injected");
+        return Unavailable("injected device failure");
+      }
+      bool throws = false;
+    };
+    FakeClock clock;
+    FailingExecutor executor(64, 4, kVocab, 64, &clock, 1.0);
+    executor.throws = throws;
+    EngineConfig config;
+    config.eos_token_id = kEos;
+    EngineCore core(config, &executor, &clock);
+    std::counting_semaphore<> execute_began(0);
+    const std::thread::id engine_thread = std::this_thread::get_id();
+    core.SetMaskFillHookForTesting([&] {
+      if (std::this_thread::get_id() != engine_thread) execute_began.acquire();
+    });
+    executor.on_execute = [&](const ScheduledBatch& batch) {
+      if (batch.bitmask_fill != nullptr) execute_began.release();
+    };
+    auto cs = testing::SubmitOk(core, Constrained("c", 3, 11, grammar));
+    testing::RunUntilIdle(core);
+    const RequestOutput c = testing::Drain(*cs);
+    EXPECT_EQ(c.finish_reason, FinishReason::kError) << throws;
+    ASSERT_EQ(executor.fills.size(), 1u) << throws;
+    EXPECT_TRUE(executor.fills[0]->done()) << throws;
   }
 }
 

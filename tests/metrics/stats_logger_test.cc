@@ -75,6 +75,7 @@ TEST_F(StatsLoggerTest, StructuredOutputMaskTimeIsPerMaskedStep) {
   SchedulerStats a = Step(0, 4, 2, 0, 0.5);
   a.num_structured_seqs = 2;
   a.structured_mask_seconds = 0.001;
+  a.structured_mask_awaited_seconds = 0.0005;
   SchedulerStats b = Step(0, 4, 2, 0, 0.5);
   b.num_structured_seqs = 3;
   b.structured_mask_seconds = 0.002;
@@ -83,10 +84,12 @@ TEST_F(StatsLoggerTest, StructuredOutputMaskTimeIsPerMaskedStep) {
   clock_.Advance(5.0);
   logger_.OnStep(b);
   ASSERT_EQ(lines_.size(), 1u);
-  EXPECT_EQ(lines_[0],
-            "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 2.4 "
-            "tokens/s, Running: 2 reqs, Waiting: 0 reqs, Preemptions: 0, KV cache usage: 50.0%, "
-            "Prefix cache hit rate: 0.0%, Structured output mask: 1.500 ms/step (5 rows)");
+  EXPECT_EQ(
+      lines_[0],
+      "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 2.4 "
+      "tokens/s, Running: 2 reqs, Waiting: 0 reqs, Preemptions: 0, KV cache usage: 50.0%, "
+      "Prefix cache hit rate: 0.0%, Structured output mask: 1.500 ms/step fill, 0.250 ms/step "
+      "awaited (5 rows)");
 }
 
 }  // namespace
