@@ -380,9 +380,7 @@ void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
   EXPECT_GT(latencies.size(), 0u);
 }
 
-TEST(OpenAiHttpBench, SamplingToSseLatencyAt100StreamsOneReader) {
-  MeasureWithOneReader(0.0);
-}
+TEST(OpenAiHttpBench, SamplingToSseLatencyAt100StreamsOneReader) { MeasureWithOneReader(0.0); }
 
 // The same with the engine's CPU work shortened by nothing but a 5 ms sleep per step: how much of
 // the latency is the HTTP side competing with a CPU-bound engine for the two cores.

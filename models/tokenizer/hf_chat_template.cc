@@ -26,10 +26,11 @@ constexpr DefaultSystem kChatmlDefaults[] = {
 
 StatusOr<std::string> RecognizeHfChatTemplate(std::string_view jinja, const std::string& source) {
   auto unsupported = [&](const std::string& why) {
-    return InvalidArgument(source + ": unrecognised chat_template (" + why +
-                           "); known families: llama-2, llama-3, llama-3.1, llama-3.2, "
-                           "chatml, qwen2, qwen2.5, smollm2, zephyr, mistral; pass --chat-template NAME "
-                           "to choose one");
+    return InvalidArgument(
+        source + ": unrecognised chat_template (" + why +
+        "); known families: llama-2, llama-3, llama-3.1, llama-3.2, "
+        "chatml, qwen2, qwen2.5, smollm2, zephyr, mistral; pass --chat-template NAME "
+        "to choose one");
   };
   if (Has(jinja, "<|start_header_id|>") && Has(jinja, "<|end_header_id|>") &&
       Has(jinja, "<|eot_id|>")) {

@@ -52,8 +52,9 @@ struct HfTokenizerFiles {
   // prepends a BOS. Tokenizer::add_bos_by_default() returns the same value.
   bool add_bos_token = false;
   // The chat template family ("llama-2", "llama-3", "chatml", "qwen2", "qwen2.5", "smollm2",
-  // "zephyr", "mistral", ...: the names RenderChatTemplate in server/protocol/chat_template.h knows) that tokenizer_config.json's
-  // `chat_template` is recognised as, or "" when the directory has none or it is not recognised.
+  // "zephyr", "mistral", ...: the names RenderChatTemplate in server/protocol/chat_template.h
+  // knows) that tokenizer_config.json's `chat_template` is recognised as, or "" when the directory
+  // has none or it is not recognised.
   std::string chat_template_name;
   // Why the directory's chat template was not recognised (RecognizeHfChatTemplate's message,
   // naming the file), or "": not an error here, since --chat-template may override it
