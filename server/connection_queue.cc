@@ -47,19 +47,27 @@ ConnectionQueue::~ConnectionQueue() { shutdown(); }
 
 void ConnectionQueue::enqueue(std::function<void()> fn) {
   Task task{std::move(fn), clock_->Now()};
-  bool rejected = false;
+  bool accepted = false;
   {
     MutexLock lock(mu_);
-    if (max_connections_ > 0 && num_connections_->load() >= max_connections_) {
-      rejected = true;
-      rejected_.push_back(std::move(task));
-    } else {
+    if (max_connections_ <= 0 || num_connections_->load() < max_connections_) {
+      accepted = true;
       num_connections_->fetch_add(1);
       queued_.push_back(std::move(task));
     }
   }
-  (rejected ? reject_cv_ : work_cv_).notify_one();
-  if (rejected && on_reject_) on_reject_();
+  if (accepted) {
+    work_cv_.notify_one();
+    return;
+  }
+  // Refused: counted before a rejection thread can answer it (a client that has its 503 sees
+  // the count).
+  if (on_reject_) on_reject_();
+  {
+    MutexLock lock(mu_);
+    rejected_.push_back(std::move(task));
+  }
+  reject_cv_.notify_one();
 }
 
 void ConnectionQueue::Work(bool rejecting) {

@@ -6,9 +6,9 @@
 // enqueue() stamps the accept time with the engine's Clock there and then:
 //   - below max_connections (connections queued or being served; 0: unlimited) the closure waits
 //     for one of num_threads workers, which runs it with CurrentConnection() set to its state;
-//   - at the limit, the connection is refused: `on_reject` is called on the listen thread and the
-//     closure runs on one of a few rejection threads with CurrentConnection()->rejected set, so
-//     the server's pre-routing handler answers the first request with 503 and
+//   - at the limit, the connection is refused: `on_reject` is called on the listen thread, then
+//     the closure runs on one of a few rejection threads with CurrentConnection()->rejected set,
+//     so the server's pre-routing handler answers the first request with 503 and
 //     `Connection: close` (httplib 0.11.4 does not hand the accepted socket to any callback, and
 //     its per-socket function is private, so the refusal is an HTTP answer to the request head
 //     httplib reads). A client that sends nothing holds a rejection thread until httplib's
