@@ -110,6 +110,11 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "answer 503 when the prompt tokens of the requests still waiting for their first "
                   "token would exceed this (vLLM's flag; 0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-connections", f.max_connections,
+                  "answer 503 (and close) to a new HTTP connection when this many are queued for "
+                  "the 512 worker threads or being served (default 2048, 4 per worker; 0 = "
+                  "unlimited: they wait unseen)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--enable-per-request-metrics", f.enable_per_request_metrics,
                 "add the request's timing `metrics` object to each response with one prompt and "
                 "n = 1 (a stream: to its usage chunk)");
@@ -300,6 +305,7 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   HttpServerOptions server_options;
   server_options.host = f.host;
   server_options.port = f.port;
+  server_options.max_connections = f.max_connections;
   ServerContext context;
   context.served_model_name = served_model_name;
   context.engine = &engine;

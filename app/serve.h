@@ -30,6 +30,7 @@ struct ServeFlags {
   std::string api_key;                         // also $TINYSERVE_API_KEY; empty: no authentication
   int64_t max_queue_len = 4096;                // --max-num-queued-reqs; 0: unlimited
   int64_t max_num_queued_tokens = 0;           // --max-num-queued-tokens; 0: unlimited
+  int64_t max_connections = 2048;              // --max-connections; 0: unlimited
   bool enable_per_request_metrics = false;     // --enable-per-request-metrics
   int32_t max_choices_per_request = 128;       // prompts x n; 0: unlimited
   int64_t max_logprobs_per_request = 250'000;  // logprob entries per response; 0: unlimited

@@ -71,6 +71,8 @@ const char* AdmissionRejectionName(AdmissionRejection reason) {
       return "max_num_queued_reqs";
     case AdmissionRejection::kMaxNumQueuedTokens:
       return "max_num_queued_tokens";
+    case AdmissionRejection::kMaxConnections:
+      return "max_connections";
   }
   return "unknown";
 }
@@ -207,7 +209,14 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
       request_num_preemptions(
           AddHistogram(*registry_, config_, "vllm:request_num_preemptions",
                        "Histogram of the number of preemptions of each finished request.",
-                       Buckets(BucketFamily::kRequestNumPreemptions))) {
+                       Buckets(BucketFamily::kRequestNumPreemptions))),
+      http_queue_time(AddHistogram(
+          *registry_, config_, "tinyserve_http_queue_time_seconds",
+          Help("Histogram of every HTTP request's wait for a worker thread in seconds: from the "
+               "accept of its connection (a later keep-alive request: the start of its handling, "
+               "so 0) to the start of its handling; counted in "
+               "vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds."),
+          Buckets(BucketFamily::kRequestLatency))) {
   auto& blocks = prometheus::BuildGauge()
                      .Name("tinyserve_kv_cache_blocks")
                      .Help(
@@ -270,7 +279,8 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
                          .Help(
                              "Requests refused at admission with HTTP 503, by reason: "
                              "max_num_queued_reqs or max_num_queued_tokens (the limit that "
-                             "refused it); a request with n > 1 counts once.")
+                             "refused it; a request with n > 1 counts once), or max_connections "
+                             "(a connection over --max-connections, counted when accepted).")
                          .Register(*registry_);
   for (int i = 0; i < kNumAdmissionRejections; ++i) {
     admission_rejections[i] =

@@ -66,8 +66,9 @@ const char* StepTokenKindName(StepTokenKind kind);
 enum class AdmissionRejection : uint8_t {
   kMaxNumQueuedReqs,    // "max_num_queued_reqs": too many requests in flight
   kMaxNumQueuedTokens,  // "max_num_queued_tokens": too many prompt tokens waiting for prefill
+  kMaxConnections,      // "max_connections": too many HTTP connections queued or served
 };
-inline constexpr int kNumAdmissionRejections = 2;
+inline constexpr int kNumAdmissionRejections = 3;
 const char* AdmissionRejectionName(AdmissionRejection reason);
 
 // tinyserve_structured_output_requests_total{kind}: constrained requests by kind, counted when
@@ -158,6 +159,10 @@ class PrometheusMetrics {
   prometheus::Histogram& request_n;
   prometheus::Histogram& iteration_tokens;
   prometheus::Histogram& request_num_preemptions;
+  // tinyserve_http_queue_time_seconds: every HTTP request's wait from its arrival (the accept of
+  // its connection, or the start of a later keep-alive request) to its handling (the pre-routing
+  // handler), server/connection_queue.h.
+  prometheus::Histogram& http_queue_time;
 };
 
 }  // namespace tinyserve

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/connection_queue.h"
 #include "server/connection_watch.h"
 #include "server/generation_job.h"
 #include "server/openai_routes.h"
@@ -144,7 +145,9 @@ class ChatSseStream final : public SseStream {
 }  // namespace
 
 void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& res) {
-  const double arrival_ts = context_.clock->Now();
+  // The accept time of the connection (its first request) or the start of this one: the wait for
+  // an HTTP worker counts in TTFT and e2e (server/connection_queue.h).
+  const double arrival_ts = RequestArrival(context_.clock->Now());
   const Tokenizer& tok = *context_.tokenizer;
   ApiErrorOr<protocol::ChatRequest> parsed =
       protocol::ParseChatRequestBody(req.body, tok.vocab_size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/utf8.h"
+#include "server/connection_queue.h"
 #include "server/connection_watch.h"
 #include "server/generation_job.h"
 #include "server/openai_routes.h"
@@ -182,7 +183,9 @@ class CompletionSseStream final : public SseStream {
 }  // namespace
 
 void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Response& res) {
-  const double arrival_ts = context_.clock->Now();
+  // The accept time of the connection (its first request) or the start of this one: the wait for
+  // an HTTP worker counts in TTFT and e2e (server/connection_queue.h).
+  const double arrival_ts = RequestArrival(context_.clock->Now());
   const Tokenizer& tok = *context_.tokenizer;
   ApiErrorOr<protocol::CompletionRequest> parsed =
       protocol::ParseCompletionRequestBody(req.body, tok.vocab_size());

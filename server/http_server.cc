@@ -15,6 +15,7 @@
 #include "metrics/openmetrics_text.h"
 #include "metrics/prometheus_metrics.h"
 #include "metrics/request_timeline_log.h"
+#include "server/connection_queue.h"
 #include "server/dashboard_page.h"
 #include "server/error_json.h"
 #include "server/openai_routes.h"
@@ -25,6 +26,8 @@ namespace tinyserve {
 HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     : options_(std::move(options)),
       context_(std::move(context)),
+      own_clock_(context_.clock == nullptr ? std::make_unique<SteadyClock>() : nullptr),
+      clock_(context_.clock != nullptr ? context_.clock : own_clock_.get()),
       server_(std::make_unique<httplib::Server>()) {
   if (context_.tokenizer != nullptr) {
     OpenAiContext openai;
@@ -51,9 +54,14 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     openai.sse_writer_options = options_.sse_writer_options;
     openai_ = std::make_unique<OpenAiRoutes>(std::move(openai));
   }
-  const int num_threads = options_.num_threads;
-  server_->new_task_queue = [num_threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(num_threads));
+  server_->new_task_queue = [this] {
+    const PrometheusMetrics* metrics = context_.metrics;
+    return new ConnectionQueue(
+        options_.num_threads, options_.max_connections, clock_, &num_connections_, [metrics] {
+          if (metrics == nullptr) return;
+          metrics->admission_rejections[static_cast<int>(AdmissionRejection::kMaxConnections)]
+              ->Increment();
+        });
   };
   // Without TCP_NODELAY every small write (an SSE chunk) can stall ~40 ms (Nagle + delayed ACK).
   server_->set_tcp_nodelay(true);
@@ -97,6 +105,19 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
   server_->set_error_handler(std::move(on_error));
   // Before the body is read: the head checks, then the API key (answers close the connection).
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // The request's handling starts: its arrival (the accept, for a connection's first) and the
+    // wait between.
+    const double now = clock_->Now();
+    const double arrival = BeginRequest(now);
+    if (context_.metrics != nullptr) context_.metrics->http_queue_time.Observe(now - arrival);
+    const ConnectionState* connection = CurrentConnection();
+    if (connection != nullptr && connection->rejected) {
+      SendErrorAndClose(req, res,
+                        protocol::ApiError::Make(
+                            503, "the server has too many connections (--max-connections " +
+                                     std::to_string(options_.max_connections) + "); retry later"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     IgnoreRange(req);
     std::optional<protocol::ApiError> error = CheckRequestHead(
         req, openai_ != nullptr && OpenAiRoutes::TakesJsonBody(req.method, req.path),

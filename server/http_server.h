@@ -18,6 +18,14 @@
 // body is parsed as a request. Handler exceptions get a 500 without their text (logged to
 // stderr). Every error has the JSON body of server/error_json.h.
 //
+// Connections (server/connection_queue.h): num_threads workers serve them, one connection each
+// (every keep-alive request on it); the accept time of each is stamped with the context's clock
+// and is the arrival_ts of its first request (a later keep-alive request arrives when its
+// handling starts), so TTFT and e2e count the wait for a worker, which
+// tinyserve_http_queue_time_seconds exports. Over max_connections (queued or served), a new
+// connection's request gets 503 with `Connection: close` and
+// vllm:admission_rejections_total{reason="max_connections"} counts it.
+//
 // Shutdown: Drain() makes new generation requests get 503 while the ones in flight go on
 // (num_in_flight() counts them); Stop() then ends the listen loop.
 //
@@ -62,7 +70,10 @@ struct HttpServerOptions {
   int port = 8000;                          // 0: any free port (see HttpServer::port())
   size_t max_body_bytes = size_t{4} << 20;  // larger request bodies get 413
   int num_threads = 512;                    // worker pool (one per concurrent connection/stream)
-  size_t keep_alive_max_count = 1000;       // requests per keep-alive connection
+  // Connections queued for a worker or being served beyond which a new one gets 503 and is
+  // closed (0: unlimited, they wait unseen in the queue). --max-connections.
+  int64_t max_connections = 2048;
+  size_t keep_alive_max_count = 1000;  // requests per keep-alive connection
   // Threads writing the SSE streams, each taking every other new stream (0: each stream's HTTP
   // worker). 2 beat 1 at 100 streams even on 2 vCPUs (bench/RESULTS.md).
   int sse_writer_threads = 2;
@@ -117,6 +128,9 @@ class HttpServer {
   int64_t num_in_flight() const;
   // The engine requests in flight, as --max-num-queued-reqs counts them. Thread-safe.
   int64_t num_waiting() const;
+  // The HTTP connections queued for a worker or being served (as max_connections counts them;
+  // the refused ones excluded). Thread-safe.
+  int64_t num_connections() const { return num_connections_.load(); }
 
  private:
   void RegisterRoutes();
@@ -133,6 +147,8 @@ class HttpServer {
 
   const HttpServerOptions options_;
   const ServerContext context_;
+  std::unique_ptr<Clock> own_clock_;      // a SteadyClock when the context has no clock
+  const Clock* clock_;                    // context_.clock, or own_clock_
   std::unique_ptr<OpenAiRoutes> openai_;  // null without a tokenizer
   std::unique_ptr<httplib::Server> server_;
   int port_ = -1;
@@ -142,6 +158,7 @@ class HttpServer {
   bool stop_requested_ TS_GUARDED_BY(mu_) = false;
   bool serving_ TS_GUARDED_BY(mu_) = false;  // Serve() has entered the listen loop
   std::atomic<bool> serve_done_{false};      // the listen loop has returned
+  std::atomic<int64_t> num_connections_{0};  // kept by the ConnectionQueue
 };
 
 }  // namespace tinyserve

@@ -61,13 +61,14 @@ const std::vector<Expected>& Catalogue() {
       {"vllm:request_params_n", "histogram", {}},
       {"vllm:iteration_tokens_total", "histogram", {}},
       {"vllm:request_num_preemptions", "histogram", {}},
+      {"tinyserve_http_queue_time_seconds", "histogram", {}},
       {"tinyserve_num_requests_preempted", "gauge", {}},
       {"tinyserve_kv_cache_blocks", "gauge", {"state"}, {{"used", "cached", "free"}}},
       {"vllm:prompt_tokens_cached_total", "counter", {}},
       {"vllm:admission_rejections_total",
        "counter",
        {"reason"},
-       {{"max_num_queued_reqs", "max_num_queued_tokens"}},
+       {{"max_num_queued_reqs", "max_num_queued_tokens", "max_connections"}},
        /*has_engine_label=*/false},
       {"tinyserve_recomputed_tokens_total", "counter", {"token_type"}, {{"prompt", "output"}}},
       {"tinyserve_step_tokens_total",
@@ -238,6 +239,7 @@ TEST(MetricsCatalogueTest, BucketBoundaries) {
       {"vllm:request_params_n", {1, 2, 5, 10, 20}},
       {"vllm:iteration_tokens_total", iteration},
       {"vllm:request_num_preemptions", {0, 1, 2, 3, 5, 10, 20, 50}},
+      {"tinyserve_http_queue_time_seconds", request},
   };
   for (const auto& [name, bounds] : want) {
     SCOPED_TRACE(name);

@@ -167,6 +167,7 @@ struct TestServerOptions {
   int32_t num_kv_blocks = 256;
   size_t max_body_bytes = size_t{4} << 20;
   int num_threads = 16;         // HTTP worker threads
+  int64_t max_connections = 0;  // HttpServerOptions::max_connections (0: unlimited)
   FaultInjectionConfig faults;  // none by default
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
@@ -233,6 +234,7 @@ class OpenAiTestServer {
     server_options.port = 0;
     server_options.max_body_bytes = options.max_body_bytes;
     server_options.num_threads = options.num_threads;
+    server_options.max_connections = options.max_connections;
     server_options.sse_writer_threads = options.sse_writer_threads;
     server_options.sse_writer_options = options.sse_writer_options;
     server_options.socket_send_buffer_bytes = options.socket_send_buffer_bytes;
