@@ -120,7 +120,10 @@ ApiErrorOr<ChatRequest> ParseChatRequestBody(std::string_view body, int32_t voca
   ApiErrorOr<nlohmann::json> json = ParseJsonBody(body);
   if (!json.ok()) return json.error();
   nlohmann::ordered_json ordered_tools = OrderedToolsOf(*json, body);
-  return ParseChatRequest(*json, vocab_size, ordered_tools.is_null() ? nullptr : &ordered_tools);
+  ApiErrorOr<ChatRequest> req =
+      ParseChatRequest(*json, vocab_size, ordered_tools.is_null() ? nullptr : &ordered_tools);
+  if (req.ok() && req->sampling.structured) KeepSchemaKeyOrder(body, &*req->sampling.structured);
+  return req;
 }
 
 nlohmann::ordered_json OrderedToolsOf(const nlohmann::json& parsed, std::string_view body) {

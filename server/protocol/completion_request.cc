@@ -108,7 +108,9 @@ ApiErrorOr<CompletionRequest> ParseCompletionRequestBody(std::string_view body,
                                                          int32_t vocab_size) {
   ApiErrorOr<nlohmann::json> json = ParseJsonBody(body);
   if (!json.ok()) return json.error();
-  return ParseCompletionRequest(*json, vocab_size);
+  ApiErrorOr<CompletionRequest> req = ParseCompletionRequest(*json, vocab_size);
+  if (req.ok() && req->sampling.structured) KeepSchemaKeyOrder(body, &*req->sampling.structured);
+  return req;
 }
 
 std::vector<int32_t> TokenizePrompt(const CompletionPrompt& prompt, const Tokenizer& tokenizer) {

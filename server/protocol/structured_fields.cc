@@ -288,4 +288,28 @@ std::optional<ApiError> ParseStructuredOutput(const nlohmann::json& body,
   return std::nullopt;
 }
 
+void KeepSchemaKeyOrder(std::string_view body, StructuredOutput* out) {
+  if (out->spec.kind != structured::ConstraintKind::kJsonSchema) return;
+  nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json* at = &ordered;
+  std::string_view path = out->param;  // dotted object keys, e.g. "structured_outputs.json"
+  while (at != nullptr && !path.empty()) {
+    const size_t dot = path.find('.');
+    const std::string key(path.substr(0, dot));
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
+    if (!at->is_object()) return;
+    auto it = at->find(key);
+    at = it == at->end() ? nullptr : &*it;
+  }
+  if (at == nullptr) return;
+  if (at->is_object()) {
+    out->spec.text = at->dump();
+  } else if (at->is_string()) {  // vLLM's schema as JSON text
+    nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
+        at->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+    if (schema.is_object()) out->spec.text = schema.dump();
+  }
+}
+
 }  // namespace tinyserve::protocol

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/protocol/api_error.h"
 #include "structured/grammar.h"
@@ -38,5 +39,12 @@ struct StructuredOutput {
 // the request has no constraint.
 std::optional<ApiError> ParseStructuredOutput(const nlohmann::json& body,
                                               std::optional<StructuredOutput>* out);
+
+// nlohmann::json (what the request parsers read) sorts object keys, but a JSON Schema's
+// `properties` are generated in the schema's order (as OpenAI and vLLM do). For a JSON-schema
+// constraint, re-reads the schema at out->param from an order-keeping parse of `body` (the text
+// ParseStructuredOutput's body was parsed from) and makes it spec.text. Anything else is left
+// as it is.
+void KeepSchemaKeyOrder(std::string_view body, StructuredOutput* out);
 
 }  // namespace tinyserve::protocol

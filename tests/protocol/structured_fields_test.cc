@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "server/protocol/chat_request.h"
+#include "server/protocol/completion_request.h"
+
 namespace tinyserve::protocol {
 namespace {
 
@@ -177,6 +180,38 @@ TEST(StructuredFieldsTest, BadShapesAre400sNamingTheField) {
     if (c.message != nullptr) {
       EXPECT_EQ(error->message, c.message) << c.body;
     }
+  }
+}
+
+// The schema's properties keep the request's order (nlohmann::json sorts keys; the grammar
+// generates properties in spec.text's order), in every spelling and on both endpoints.
+TEST(StructuredFieldsTest, SchemasKeepTheRequestsKeyOrder) {
+  const std::string schema =
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]})";
+  const std::string expected =
+      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},)"
+      R"("required":["name","age"]})";
+  std::string escaped;  // the schema as a JSON string (vLLM also takes its text)
+  for (char c : schema) {
+    if (c == '"') escaped += '\\';
+    if (c != '\n') escaped += c;
+  }
+  for (const std::string& fields :
+       {R"("response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": )" +
+            schema + "}}",
+        R"("structured_outputs": {"json": )" + schema + "}", R"("guided_json": )" + schema,
+        R"("guided_json": ")" + escaped + "\""}) {
+    ApiErrorOr<CompletionRequest> completion =
+        ParseCompletionRequestBody(R"({"prompt": "x", )" + fields + "}", 100);
+    ASSERT_TRUE(completion.ok()) << fields << ": " << completion.error().message;
+    ASSERT_TRUE(completion->sampling.structured.has_value());
+    EXPECT_EQ(completion->sampling.structured->spec.text, expected) << fields;
+    ApiErrorOr<ChatRequest> chat = ParseChatRequestBody(
+        R"({"messages": [{"role": "user", "content": "x"}], )" + fields + "}", 100);
+    ASSERT_TRUE(chat.ok()) << fields << ": " << chat.error().message;
+    ASSERT_TRUE(chat->sampling.structured.has_value());
+    EXPECT_EQ(chat->sampling.structured->spec.text, expected) << fields;
   }
 }
 
