@@ -6,7 +6,9 @@
 //
 //   quant_decode_bench [--preset stories110M] [--types f32,q8_0,q4_k] [--threads 2]
 //                      [--batch 1,32] [--rounds 5] [--decode-tokens 32] [--prompt-len 16]
-//                      [--model-dir DIR]
+//                      [--model-dir DIR] [--isa best]
+// --isa avx512vnni,avx2 runs each quantized type on each of the quantized kernels' instruction
+// sets (kernels/cpu/quant_gemm.h), alternating with the rest, so they compare in one run.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/quant_gemm.h"
 #include "models/gguf_model.h"
 #include "models/llama2c.h"
 #include "models/model_runner.h"
@@ -139,6 +142,7 @@ int Main(int argc, char** argv) {
   int threads = 2, rounds = 5;
   int32_t decode_tokens = 32, prompt_len = 16;
   std::string model_dir = (std::filesystem::temp_directory_path() / "tinyserve-bench").string();
+  std::string isas = "best";
   app.add_option("--preset", preset_name, "model shape (models/presets.h)");
   app.add_option("--types", types, "comma-separated: f32, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m");
   app.add_option("--threads", threads, "CPU backend threads");
@@ -147,7 +151,14 @@ int Main(int argc, char** argv) {
   app.add_option("--decode-tokens", decode_tokens, "timed decode steps per round");
   app.add_option("--prompt-len", prompt_len, "prefilled tokens per sequence");
   app.add_option("--model-dir", model_dir, "where the checkpoint and GGUF files are cached");
+  app.add_option("--isa", isas,
+                 "comma-separated quantized-kernel instruction sets: best, avx512vnni, avx2, "
+                 "portable");
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& isa : Split(isas)) {
+    if (!SetQuantDotIsaForTesting(isa.c_str()))
+      return std::fprintf(stderr, "--isa %s: not on this CPU\n", isa.c_str()), 1;
+  }
   std::filesystem::create_directories(model_dir);
   const auto preset = FindModelPreset(preset_name);
   if (!preset) {
@@ -174,6 +185,7 @@ int Main(int argc, char** argv) {
   }
   struct Model {
     std::string type;
+    std::string isa;  // the quantized kernels' (QuantDotIsa); "-" for f32
     std::shared_ptr<const LlamaWeights> weights;
     double step_bytes = 0;
   };
@@ -188,13 +200,20 @@ int Main(int argc, char** argv) {
     }
     auto m = LoadGgufModel(path);
     if (!m.ok()) return std::fprintf(stderr, "%s\n", m.status().message().c_str()), 1;
-    models.push_back({t, m->weights, StepBytes(*m->weights)});
+    if (t == "f32") {
+      models.push_back({t, "-", m->weights, StepBytes(*m->weights)});
+      continue;
+    }
+    for (const std::string& isa : Split(isas)) {
+      SetQuantDotIsaForTesting(isa.c_str());
+      models.push_back({t, QuantDotIsa(), m->weights, StepBytes(*m->weights)});
+    }
   }
   const double bandwidth = ReadBandwidth(threads);
   std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s\n", threads, bandwidth / 1e9);
   std::printf(
-      "| model | type | weight MB/step | threads | batch | tok/s (median of %d) | x %s | "
-      "floor tok/s (batch 1) | of floor |\n|---|---|---|---|---|---|---|---|---|\n",
+      "| model | type | kernels | weight MB/step | threads | batch | tok/s (median of %d) | x %s | "
+      "floor tok/s (batch 1) | of floor |\n|---|---|---|---|---|---|---|---|---|---|\n",
       rounds, models[0].type.c_str());
   for (const std::string& bstr : Split(batches)) {
     const int32_t batch = std::stoi(bstr);
@@ -206,12 +225,14 @@ int Main(int argc, char** argv) {
       o.num_kv_blocks = batch * ((o.max_model_len + 15) / 16);
       auto r = ModelRunner::Create(m.weights, CreateCpuBackend(threads), o);
       if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
+      if (m.isa != "-") SetQuantDotIsaForTesting(m.isa.c_str());
       (void)Decode(**r, batch, prompt_len, 2);  // warm-up
       runners.push_back(std::move(r).value());
     }
     std::vector<std::vector<double>> tps(models.size());
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < models.size(); ++i) {  // A, B, C, A, B, C, ...
+        if (models[i].isa != "-") SetQuantDotIsaForTesting(models[i].isa.c_str());
         auto r = Decode(*runners[i], batch, prompt_len, decode_tokens);
         if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
         tps[i].push_back(*r);
@@ -225,9 +246,10 @@ int Main(int argc, char** argv) {
     for (size_t i = 0; i < models.size(); ++i) {
       const double floor_tps = bandwidth / models[i].step_bytes;
       std::printf(
-          "| %s | %s | %.1f | %d | %d | %.1f | %.2fx | %s | %s |\n", preset_name.c_str(),
-          models[i].type.c_str(), models[i].step_bytes / 1e6, threads, batch, median[i],
-          median[i] / median[0], batch == 1 ? std::to_string(floor_tps).substr(0, 6).c_str() : "",
+          "| %s | %s | %s | %.1f | %d | %d | %.1f | %.2fx | %s | %s |\n", preset_name.c_str(),
+          models[i].type.c_str(), models[i].isa.c_str(), models[i].step_bytes / 1e6, threads, batch,
+          median[i], median[i] / median[0],
+          batch == 1 ? std::to_string(floor_tps).substr(0, 6).c_str() : "",
           batch == 1
               ? (std::to_string(static_cast<int>(100 * median[i] / floor_tps + 0.5)) + "%").c_str()
               : "");

@@ -137,35 +137,97 @@ __attribute__((target("avx2,fma,f16c"))) void FusedQ8_0(const uint8_t* w, const 
   for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]);
 }
 
+// AVX-512 VNNI on 256-bit vectors (AVX512VL): vpdpbusd (four u8 x s8 products into each int32
+// lane) and vpdpwssd (int16 pairs into int32). The integer lane sums are exactly the AVX2
+// kernels' and the fp32 steps are the same operations in the same order, so these give
+// DotRowReference's bits too.
+#define TINYSERVE_VNNI "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+
+// negsum[8 b + l] = -128 * (sum of xq[32 b + 4 l .. 32 b + 4 l + 3]): with it, vpdpbusd on the
+// weights offset to unsigned (w + 128) gives the signed dot product: sum (w + 128) x - 128 sum x.
+__attribute__((target(TINYSERVE_VNNI))) void NegatedLaneSums(const int8_t* xq, int64_t k,
+                                                             int32_t* negsum) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
+    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, xv);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(negsum + 8 * b),
+                        _mm256_sub_epi32(_mm256_setzero_si256(), s));
+  }
+}
+
+// FusedQ8_0 with one vpdpbusd per block and activation row (negsum: NegatedLaneSums per row).
+__attribute__((target(TINYSERVE_VNNI))) void FusedQ8_0Vnni(const uint8_t* w, const Q8Row* x,
+                                                           const int32_t* const* negsum, int rows,
+                                                           int64_t k, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = w + 34 * b;
+    const __m256i wu = _mm256_xor_si256(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), flip);  // w + 128
+    const float dw = Half(blk);
+    for (int r = 0; r < rows; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * b));
+      const __m256i ns = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(negsum[r] + 8 * b));
+      const __m256i p = _mm256_dpbusd_epi32(ns, wu, xv);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[r].d[b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]);
+}
+
+// A Q4_K block's 8 sub-block scales and mins (ggml's get_scale_min_k4).
+inline void ScalesMinsQ4_K(const uint8_t* q, int32_t* sc, int32_t* mn) {
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      sc[j] = q[j] & 63;
+      mn[j] = q[j + 4] & 63;
+    } else {
+      sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+  }
+}
+
+// The fp32 half of a Q4_K block for one activation row: acc += float(lane) * (d * dx) and the
+// mins' chain (the same steps for both instruction sets).
+__attribute__((target("avx2,fma"))) inline void AccumulateQ4_K(__m256i lane, float d, float dmin,
+                                                               const int32_t* mn, const Q8Row& x,
+                                                               int64_t b, __m256* acc,
+                                                               float* mins) {
+  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(d * x.d[b]), *acc);
+  const int16_t* sums = x.sums + 16 * b;
+  int32_t msum = 0;
+  for (int s = 0; s < 8; ++s) msum += mn[s] * (sums[2 * s] + sums[2 * s + 1]);
+  *mins += (dmin * x.d[b]) * static_cast<float>(msum);
+}
+
+// A Q4_K block's 8 sub-blocks of 32 nibbles (0..15) as bytes, and the scales as int16 vectors.
+__attribute__((target("avx2"))) inline void UnpackQ4_K(const uint8_t* blk, const int32_t* sc,
+                                                       __m256i* lv, __m256i* scv) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int g = 0; g < 4; ++g) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
+    lv[2 * g] = _mm256_and_si256(v, m4);
+    lv[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+  for (int j = 0; j < 8; ++j) scv[j] = _mm256_set1_epi16(static_cast<int16_t>(sc[j]));
+}
+
 __attribute__((target("avx2,fma,f16c"))) void FusedQ4_K(const uint8_t* w, const Q8Row* x, int rows,
                                                         int64_t k, float* out) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
   float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = w + 144 * b;
     const float d = Half(blk), dmin = Half(blk + 2);
-    const uint8_t* q = blk + 4;
-    int32_t mn[8];
-    __m256i scv[8];
-    for (int j = 0; j < 8; ++j) {  // get_scale_min_k4
-      int32_t sc;
-      if (j < 4) {
-        sc = q[j] & 63;
-        mn[j] = q[j + 4] & 63;
-      } else {
-        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-      }
-      scv[j] = _mm256_set1_epi16(static_cast<int16_t>(sc));
-    }
-    __m256i lv[8];
-    for (int g = 0; g < 4; ++g) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
-      lv[2 * g] = _mm256_and_si256(v, m4);
-      lv[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
+    int32_t sc[8], mn[8];
+    ScalesMinsQ4_K(blk + 4, sc, mn);
+    __m256i lv[8], scv[8];
+    UnpackQ4_K(blk, sc, lv, scv);
     for (int r = 0; r < rows; ++r) {
       const int8_t* xq = x[r].qs + 256 * b;
       __m256i lane = _mm256_setzero_si256();
@@ -173,25 +235,68 @@ __attribute__((target("avx2,fma,f16c"))) void FusedQ4_K(const uint8_t* w, const 
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * s));
         lane = _mm256_add_epi32(lane, _mm256_madd_epi16(_mm256_maddubs_epi16(lv[s], xv), scv[s]));
       }
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(d * x[r].d[b]), acc[r]);
-      const int16_t* sums = x[r].sums + 16 * b;
-      int32_t msum = 0;
-      for (int s = 0; s < 8; ++s) msum += mn[s] * (sums[2 * s] + sums[2 * s + 1]);
-      mins[r] += (dmin * x[r].d[b]) * static_cast<float>(msum);
+      AccumulateQ4_K(lane, d, dmin, mn, x[r], b, &acc[r], &mins[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]) - mins[r];
+}
+
+// FusedQ4_K with vpdpwssd (the scaled pair sums added in one instruction).
+__attribute__((target(TINYSERVE_VNNI))) void FusedQ4_KVnni(const uint8_t* w, const Q8Row* x,
+                                                           int rows, int64_t k, float* out) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = w + 144 * b;
+    const float d = Half(blk), dmin = Half(blk + 2);
+    int32_t sc[8], mn[8];
+    ScalesMinsQ4_K(blk + 4, sc, mn);
+    __m256i lv[8], scv[8];
+    UnpackQ4_K(blk, sc, lv, scv);
+    for (int r = 0; r < rows; ++r) {
+      const int8_t* xq = x[r].qs + 256 * b;
+      __m256i lane = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * s));
+        lane = _mm256_dpwssd_epi32(lane, _mm256_maddubs_epi16(lv[s], xv), scv[s]);
+      }
+      AccumulateQ4_K(lane, d, dmin, mn, x[r], b, &acc[r], &mins[r]);
     }
   }
   for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]) - mins[r];
 }
 #endif
 
-// Every CPU with AVX2 has F16C (the fused kernels use both; clang 14 cannot test "f16c").
-bool g_use_avx2 = [] {
+// What the kernels run, best first. Every CPU with AVX2 has F16C (the fused kernels use both;
+// clang 14 cannot test "f16c"); the VNNI kernels use 256-bit vectors, so they want AVX512VL.
+enum class DotIsa { kPortable, kAvx2, kAvx512Vnni };
+
+bool CpuHas(DotIsa isa) {
 #ifdef TINYSERVE_QUANT_X86
-  return __builtin_cpu_supports("avx2");
-#else
+  switch (isa) {
+    case DotIsa::kPortable:
+      return true;
+    case DotIsa::kAvx2:
+      return __builtin_cpu_supports("avx2");
+    case DotIsa::kAvx512Vnni:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+  }
   return false;
+#else
+  return isa == DotIsa::kPortable;
 #endif
-}();
+}
+
+DotIsa BestIsa() {
+  for (DotIsa isa : {DotIsa::kAvx512Vnni, DotIsa::kAvx2}) {
+    if (CpuHas(isa)) return isa;
+  }
+  return DotIsa::kPortable;
+}
+
+DotIsa g_isa = BestIsa();
 
 int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
   int32_t p = 0;
@@ -207,7 +312,7 @@ int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
 
 void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots) {
 #ifdef TINYSERVE_QUANT_X86
-  if (g_use_avx2) {
+  if (g_isa != DotIsa::kPortable) {  // the sub-block dots have no VNNI twins (not the hot path)
     switch (t) {
       case QuantType::kQ8_0:
         return DotsQ8_0Avx2(w, xq, k, dots);
@@ -225,39 +330,47 @@ void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, in
   SubBlockDotsReference(t, w, xq, k, dots);
 }
 
-const char* QuantDotIsa() { return g_use_avx2 ? "avx2" : "portable"; }
+const char* QuantDotIsa() {
+  switch (g_isa) {
+    case DotIsa::kAvx512Vnni:
+      return "avx512vnni";
+    case DotIsa::kAvx2:
+      return "avx2";
+    case DotIsa::kPortable:
+      break;
+  }
+  return "portable";
+}
 
 bool SetQuantDotIsaForTesting(const char* isa) {
   const std::string s = isa;
-  if (s == "portable") {
-    g_use_avx2 = false;
-    return true;
-  }
-#ifdef TINYSERVE_QUANT_X86
-  const bool has = __builtin_cpu_supports("avx2");
-#else
-  const bool has = false;
-#endif
+  DotIsa want = DotIsa::kPortable;
   if (s == "best") {
-    g_use_avx2 = has;
-    return true;
+    want = BestIsa();
+  } else if (s == "avx512vnni") {
+    want = DotIsa::kAvx512Vnni;
+  } else if (s == "avx2") {
+    want = DotIsa::kAvx2;
+  } else if (s != "portable") {
+    return false;
   }
-  if (s == "avx2" && has) {
-    g_use_avx2 = true;
-    return true;
-  }
-  return false;
+  if (!CpuHas(want)) return false;
+  g_isa = want;
+  return true;
 }
 
 void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
                  const ParallelForFn& parallel_for) {
   const int32_t n = w.rows, k = w.cols;
   if (m <= 0 || n <= 0) return;
+  const DotIsa isa = g_isa;
   // The activations in each format a part wants: [0] Q8_0, [1] Q8_K.
   bool want[2] = {false, false};
   for (int p = 0; p < w.num_parts; ++p) want[IsKQuant(w.parts[p].type) ? 1 : 0] = true;
   static thread_local std::vector<uint8_t> storage[2];
+  static thread_local std::vector<int32_t> negsum_storage;  // [m, k / 4] for the VNNI Q8_0 kernel
   std::vector<Q8Row> rows[2];
+  std::vector<const int32_t*> negsum;  // [m]: row i's NegatedLaneSums
   size_t row_bytes[2] = {0, 0};
   for (int f = 0; f < 2; ++f) {
     if (!want[f]) continue;
@@ -267,8 +380,25 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
     uint8_t* base = storage[f].data();
     base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
     rows[f].resize(static_cast<size_t>(m));
+#ifdef TINYSERVE_QUANT_X86
+    // (A thread_local is not captured: the lambda may run on a pool thread, so it gets pointers.)
+    const bool with_negsum = f == 0 && isa == DotIsa::kAvx512Vnni;
+    int32_t* negsum_base = nullptr;
+    if (with_negsum) {
+      negsum_storage.resize(static_cast<size_t>(m) * (k / 4));
+      negsum_base = negsum_storage.data();
+      negsum.resize(static_cast<size_t>(m));
+    }
+#endif
     auto quantize = [&](int64_t i) {
       rows[f][i] = QuantizeActivations(rep, x + i * k, k, base + row_bytes[f] * i);
+#ifdef TINYSERVE_QUANT_X86
+      if (with_negsum) {
+        int32_t* ns = negsum_base + static_cast<size_t>(i) * (k / 4);
+        NegatedLaneSums(rows[f][i].qs, k, ns);
+        negsum[i] = ns;
+      }
+#endif
     };
     if (m >= 8) {
       parallel_for(m, quantize);
@@ -288,12 +418,20 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
       const uint8_t* wrow = part.blocks + QuantRowBytes(part.type, k) * local;
       const std::vector<Q8Row>& xr = rows[IsKQuant(part.type) ? 1 : 0];
 #ifdef TINYSERVE_QUANT_X86
-      if (g_use_avx2 && (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K)) {
+      if (isa != DotIsa::kPortable &&
+          (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K)) {
+        const bool vnni = isa == DotIsa::kAvx512Vnni;
         for (int32_t i = 0; i < m; i += 4) {
           const int r = std::min<int32_t>(4, m - i);
           float out[4];
           if (part.type == QuantType::kQ8_0) {
-            FusedQ8_0(wrow, &xr[i], r, k, out);
+            if (vnni) {
+              FusedQ8_0Vnni(wrow, &xr[i], &negsum[i], r, k, out);
+            } else {
+              FusedQ8_0(wrow, &xr[i], r, k, out);
+            }
+          } else if (vnni) {
+            FusedQ4_KVnni(wrow, &xr[i], r, k, out);
           } else {
             FusedQ4_K(wrow, &xr[i], r, k, out);
           }

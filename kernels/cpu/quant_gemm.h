@@ -5,8 +5,9 @@
 // A matrix may stack parts of different types (a fused q|k|v whose v is Q6_K in a Q4_K_M file):
 // each output row belongs to one part.
 //
-// Batch invariance: y[i, j] = CombineDots(SubBlockDots(w row j, q8(x row i))): the integer
-// sub-block dots are exact, whichever instruction set computes them, and the fp32 combination is
+// Batch invariance: y[i, j] = CombineDots(SubBlockDots(w row j, q8(x row i))) (Q8_0 and Q4_K:
+// DotRowReference's lane order): the integer sums are exact, whichever instruction set computes
+// them (AVX2 maddubs/madd, AVX-512 VNNI vpdpbusd/vpdpwssd, scalar), and the fp32 combination is
 // one fixed chain in block order (ggml_quant.h). Nothing depends on m, on how the rows are split
 // between threads, or on the ISA: a row alone and the same row in any batch give the same bits.
 #pragma once
@@ -43,14 +44,16 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
 // out[t, :] = row ids[t] of w, dequantized.  ids [n], out [n, w.cols].
 void QuantEmbedding(const QuantMatrix& w, const int32_t* ids, int32_t n, float* out);
 
-// The integer half of the dot product on this CPU's best instruction set (AVX2 for Q8_0, Q4_0
-// and Q4_K; the scalar reference otherwise): the same numbers as SubBlockDotsReference.
+// The integer half of the dot product on this CPU's best instruction set (AVX2 for Q8_0, Q4_0,
+// Q4_K and Q6_K; the scalar reference otherwise): the same numbers as SubBlockDotsReference.
 void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots);
 
-// "avx2" or "portable": what SubBlockDots runs.
+// What QuantLinear's fused Q8_0/Q4_K kernels run: "avx512vnni" (AVX512VL + AVX512_VNNI on 256-bit
+// vectors; SubBlockDots then runs its AVX2 twins), "avx2" or "portable".
 const char* QuantDotIsa();
-// Testing only: "portable" forces the scalar path, "best" restores the automatic choice. Returns
-// false when this CPU cannot run `isa`. Not thread-safe.
+// Testing and benchmarks: "portable" forces the scalar path, "avx2" / "avx512vnni" that
+// instruction set, "best" restores the automatic choice. Returns false (and changes nothing) when
+// this CPU cannot run `isa`. Not thread-safe: call it while no QuantLinear runs.
 bool SetQuantDotIsaForTesting(const char* isa);
 
 }  // namespace tinyserve

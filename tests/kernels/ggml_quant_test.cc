@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -265,8 +267,8 @@ TEST(GgmlQuantTest, SimdDotsEqualTheScalarOnes) {
 }
 
 // One row alone gives the same bits as the same row inside a batch of 1..33 rows, on 1 and 3
-// threads, on the SIMD and the portable dots; a fused matrix of mixed types (q|k|v with a Q6_K
-// v) included. And the values are DotRowReference's.
+// threads, on every instruction set's kernels (AVX-512 VNNI, AVX2, portable); a fused matrix of
+// mixed types (q|k|v with a Q6_K v) included. And the values are DotRowReference's.
 TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
   const int32_t k = 512;
   struct Fused {
@@ -309,8 +311,12 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
         }
       }
     }
-    for (const char* isa : {"best", "portable"}) {
-      ASSERT_TRUE(SetQuantDotIsaForTesting(isa));
+    // Every instruction set this CPU has (avx512vnni only where AVX512VL + VNNI exist).
+    for (const char* isa : {"best", "avx512vnni", "avx2", "portable"}) {
+      if (!SetQuantDotIsaForTesting(isa)) {
+        std::printf("[ skipped  ] %s: not on this CPU\n", isa);
+        continue;
+      }
       for (int threads : {1, 3}) {
         std::unique_ptr<Backend> b = CreateCpuBackend(threads);
         const WeightRef wr =
@@ -333,6 +339,58 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
                       k, expect.data());
         for (int32_t c = 0; c < k; ++c) ASSERT_EQ(rows[c], expect[c]);
         b->Deallocate(const_cast<void*>(wr.data));
+      }
+    }
+    ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
+  }
+}
+
+// The fused kernels on level bytes no quantizer writes (Q8_0's -128, Q4_K's every scale and min
+// byte, random): each instruction set still gives DotRowReference's bits, for batches of 1..9
+// rows (a partial tile of 4 included) and k = 256 * 3 (a block count that is not a power of two).
+TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
+  const int32_t k = 768, n = 3, max_m = 9;
+  const std::vector<float> x = Gaussian(static_cast<size_t>(max_m) * k, 31, 4.0f);
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K}) {
+    const size_t row_bytes = QuantRowBytes(t, k);
+    std::vector<uint8_t> w(row_bytes * n);
+    QuantizeRowReference(t, Gaussian(static_cast<size_t>(n) * k, 7).data(), k, w.data());
+    for (int32_t r = 1; r < n; ++r) {
+      QuantizeRowReference(t, Gaussian(k, 8 + r).data(), k, w.data() + row_bytes * r);
+    }
+    std::mt19937 rng(17);
+    const size_t block_bytes = t == QuantType::kQ8_0 ? 34 : 144;
+    for (size_t off = 0; off < w.size(); ++off) {
+      const size_t in_block = off % block_bytes;
+      if (in_block >= (t == QuantType::kQ8_0 ? 2u : 4u)) w[off] = static_cast<uint8_t>(rng());
+    }
+    w[2] = 0x80;  // -128 in the first Q8_0 block / a scale byte with both high bits in Q4_K
+    QuantMatrix qm;
+    qm.rows = n;
+    qm.cols = k;
+    qm.num_parts = 1;
+    qm.parts[0] = {t, w.data(), n};
+    std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
+    uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+    std::vector<float> want(static_cast<size_t>(max_m) * n);
+    for (int32_t i = 0; i < max_m; ++i) {
+      const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
+      for (int32_t j = 0; j < n; ++j)
+        want[static_cast<size_t>(i) * n + j] = DotRowReference(t, w.data() + row_bytes * j, xr);
+    }
+    const ParallelForFn serial = [](int64_t count, const std::function<void(int64_t)>& fn) {
+      for (int64_t i = 0; i < count; ++i) fn(i);
+    };
+    for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
+      if (!SetQuantDotIsaForTesting(isa)) {
+        std::printf("[ skipped  ] %s: not on this CPU\n", isa);
+        continue;
+      }
+      for (int32_t m = 1; m <= max_m; ++m) {
+        std::vector<float> y(static_cast<size_t>(m) * n);
+        QuantLinear(x.data(), qm, m, y.data(), serial);
+        for (size_t e = 0; e < y.size(); ++e)
+          ASSERT_EQ(y[e], want[e]) << QuantTypeName(t) << " " << isa << " m " << m << " e " << e;
       }
     }
     ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
