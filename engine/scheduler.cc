@@ -275,8 +275,13 @@ void Scheduler::BuildBatch() {
     b.request_keys.push_back(static_cast<uint64_t>(req.arrival_seq));
     b.output_index.push_back(req.num_output_tokens());
     if (!req.registered_with_executor) {
+      std::vector<int32_t> eos_ids;
+      if (req.eos_token_id) eos_ids.push_back(*req.eos_token_id);
+      for (int32_t t : config_.extra_eos_token_ids) {
+        if (std::find(eos_ids.begin(), eos_ids.end(), t) == eos_ids.end()) eos_ids.push_back(t);
+      }
       b.new_requests.push_back({static_cast<uint64_t>(req.arrival_seq), req.sampling, req.seed,
-                                req.eos_token_id, req.token_ids, req.num_prompt_tokens});
+                                std::move(eos_ids), req.token_ids, req.num_prompt_tokens});
       req.registered_with_executor = true;
     }
     b.block_tables.insert(b.block_tables.end(), req.block_ids.begin(), req.block_ids.end());
