@@ -21,6 +21,8 @@ const char* PreemptionReasonName(PreemptionReason reason) {
       return "kv_full";
     case PreemptionReason::kPriority:
       return "priority";
+    case PreemptionReason::kResetPrefixCache:
+      return "reset_prefix_cache";
   }
   return "unknown";
 }
@@ -130,6 +132,35 @@ void Scheduler::Preempt(Request* req, PreemptionReason reason, double now) {
   ++stats_.num_preemptions;
   ++stats_.num_preemptions_by_reason[static_cast<int>(reason)];
   Record(req, EventType::kPreempted, now);
+}
+
+std::vector<Request*> Scheduler::PreemptAllRunning(double now) {
+  std::vector<Request*> preempted(running_.rbegin(), running_.rend());
+  running_.clear();
+  // The most recently admitted first: each goes to the head of the waiting queue, so they resume
+  // in admission order.
+  for (Request* req : preempted) Preempt(req, PreemptionReason::kResetPrefixCache, now);
+  // Preempt() counted them in this step's stats, which the next Schedule() resets: they are
+  // counted there instead.
+  const auto n = static_cast<int32_t>(preempted.size());
+  stats_.num_preemptions -= n;
+  stats_.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kResetPrefixCache)] -= n;
+  num_unreported_reset_preemptions_ += n;
+  return preempted;
+}
+
+void Scheduler::ResetStats(double now) {
+  stats_.Reset(now);
+  stats_.num_preemptions = num_unreported_reset_preemptions_;
+  stats_.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kResetPrefixCache)] =
+      num_unreported_reset_preemptions_;
+  num_unreported_reset_preemptions_ = 0;
+}
+
+bool Scheduler::ResetPrefixCache(bool preempt_running, double now,
+                                 std::vector<Request*>* preempted) {
+  if (preempt_running) *preempted = PreemptAllRunning(now);
+  return kv_.pool().ResetPrefixCache();
 }
 
 Request* Scheduler::PreemptVictim(const Request& needy, double now, size_t* next_index,
