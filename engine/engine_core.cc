@@ -142,7 +142,14 @@ bool EngineCore::DrainInbox(double now) {
     if (!items.empty()) has_live_requests_.store(true);
   }
   for (InboxItem& item : items) {
-    if (item.request == nullptr) {
+    if (item.reset != nullptr) {
+      std::vector<Request*> preempted;
+      const bool reset = scheduler_.ResetPrefixCache(item.reset_running_requests, now, &preempted);
+      for (Request* req : preempted) {
+        if (req->matcher != nullptr) req->matcher_needs_replay = true;
+      }
+      item.reset->set_value(reset);
+    } else if (item.request == nullptr) {
       scheduler_.FinishRequest(item.abort_id, item.abort_reason, now);
     } else if (scheduler_.Find(item.request->request_id) != nullptr) {
       RequestEvent finished{EventType::kFinished, now, 0, FinishReason::kError};
@@ -424,6 +431,24 @@ void EngineCore::FlushKvCacheEvents() {
   if (kv_event_sink_ != nullptr && pool.has_events()) {
     kv_event_sink_->OnKvCacheEvents(pool.TakeEvents());
   }
+}
+
+std::future<bool> EngineCore::RequestPrefixCacheReset(bool reset_running_requests) {
+  auto answer = std::make_shared<std::promise<bool>>();
+  std::future<bool> result = answer->get_future();
+  {
+    MutexLock lock(inbox_mu_);
+    if (stopping_ || dead_.load()) {
+      answer->set_value(false);
+      return result;
+    }
+    InboxItem item;
+    item.reset = std::move(answer);
+    item.reset_running_requests = reset_running_requests;
+    inbox_.push_back(std::move(item));
+  }
+  inbox_cv_.notify_one();
+  return result;
 }
 
 bool EngineCore::ResetPrefixCache() {

@@ -3,7 +3,8 @@
 // their RequestStreams.
 //
 // One step, like nano-vllm's loop:
-//   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once)
+//   drain the inbox (accept submits: QUEUED; apply aborts: FINISHED, blocks freed at once; prefix
+//   cache resets)
 //   -> Scheduler::Schedule() -> ModelExecutor::Execute(batch) (it samples the rows that want a
 //   token and scores prompt-logit rows: prompt logprobs, pushed to their streams first)
 //   -> Scheduler::Update() (stop checks, finishes) -> the step's token outputs to observers
@@ -22,8 +23,8 @@
 // the owner calls Step() itself (tests, exact and deterministic with a FakeClock). Stop() joins
 // the thread and finishes every pending request with reason abort.
 //
-// Thread safety: Submit(), Abort(), Stop(), HasPendingWork(), is_dead() and death_status() are
-// thread-safe. Everything else
+// Thread safety: Submit(), Abort(), RequestPrefixCacheReset(), Stop(), HasPendingWork(), is_dead()
+// and death_status() are thread-safe. Everything else
 // belongs to the engine thread (or to the owner when no thread runs).
 #pragma once
 
@@ -31,6 +32,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,6 +100,13 @@ class EngineCore {
   // Returns true iff it did: only when no request holds KV blocks. REQUIRES: no engine thread
   // (Start() not called); the owner steps the engine.
   bool ResetPrefixCache();
+  // The same from any thread (POST /reset_prefix_cache): done at the start of the next step, on
+  // the engine thread, between two steps (no batch in flight). With `reset_running_requests`,
+  // every running request is first preempted (recompute; reason reset_prefix_cache) so that none
+  // holds blocks, as vLLM does; without, the reset is refused while a request holds KV blocks.
+  // The future is true iff the cache was reset (the sink gets AllBlocksCleared at the end of
+  // that step); false when refused, or when the engine stops or dies first. Thread-safe.
+  std::future<bool> RequestPrefixCacheReset(bool reset_running_requests);
 
   // Queues a request for the next step and returns its stream. Returns InvalidArgument if the
   // request is malformed (empty id or prompt, prompt of max_model_len() tokens or more, a token id
@@ -140,9 +149,12 @@ class EngineCore {
 
  private:
   struct InboxItem {
-    std::unique_ptr<Request> request;  // a submit, or null for an abort
+    std::unique_ptr<Request> request;  // a submit, or null for an abort or a reset
     std::string abort_id;
     FinishReason abort_reason = FinishReason::kAbort;
+    // A prefix-cache reset (RequestPrefixCacheReset) when non-null: its answer.
+    std::shared_ptr<std::promise<bool>> reset;
+    bool reset_running_requests = false;
   };
 
   bool DrainInbox(double now);

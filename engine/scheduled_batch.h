@@ -36,9 +36,11 @@ namespace tinyserve {
 struct SamplingRegistration {
   uint64_t key = 0;
   SamplingParams params;
-  uint64_t seed = 0;                    // the request's seed (drawn at submit when unseeded)
-  std::optional<int32_t> eos_token_id;  // masked while outputs < min_tokens (unless ignore_eos)
-  std::vector<int32_t> token_ids;       // prompt, then the outputs so far (after a preemption)
+  uint64_t seed = 0;  // the request's seed (drawn at submit when unseeded)
+  // Every id that ends the request as EOS (its eos_token_id, then the engine's extra EOS ids):
+  // masked while outputs < min_tokens, as its stop_token_ids are (unless ignore_eos).
+  std::vector<int32_t> eos_token_ids;
+  std::vector<int32_t> token_ids;  // prompt, then the outputs so far (after a preemption)
   int32_t num_prompt_tokens = 0;
 };
 

@@ -21,6 +21,8 @@ const char* PreemptionReasonName(PreemptionReason reason) {
       return "kv_full";
     case PreemptionReason::kPriority:
       return "priority";
+    case PreemptionReason::kResetPrefixCache:
+      return "reset_prefix_cache";
   }
   return "unknown";
 }
@@ -130,6 +132,35 @@ void Scheduler::Preempt(Request* req, PreemptionReason reason, double now) {
   ++stats_.num_preemptions;
   ++stats_.num_preemptions_by_reason[static_cast<int>(reason)];
   Record(req, EventType::kPreempted, now);
+}
+
+std::vector<Request*> Scheduler::PreemptAllRunning(double now) {
+  std::vector<Request*> preempted(running_.rbegin(), running_.rend());
+  running_.clear();
+  // The most recently admitted first: each goes to the head of the waiting queue, so they resume
+  // in admission order.
+  for (Request* req : preempted) Preempt(req, PreemptionReason::kResetPrefixCache, now);
+  // Preempt() counted them in this step's stats, which the next Schedule() resets: they are
+  // counted there instead.
+  const auto n = static_cast<int32_t>(preempted.size());
+  stats_.num_preemptions -= n;
+  stats_.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kResetPrefixCache)] -= n;
+  num_unreported_reset_preemptions_ += n;
+  return preempted;
+}
+
+void Scheduler::ResetStats(double now) {
+  stats_.Reset(now);
+  stats_.num_preemptions = num_unreported_reset_preemptions_;
+  stats_.num_preemptions_by_reason[static_cast<int>(PreemptionReason::kResetPrefixCache)] =
+      num_unreported_reset_preemptions_;
+  num_unreported_reset_preemptions_ = 0;
+}
+
+bool Scheduler::ResetPrefixCache(bool preempt_running, double now,
+                                 std::vector<Request*>* preempted) {
+  if (preempt_running) *preempted = PreemptAllRunning(now);
+  return kv_.pool().ResetPrefixCache();
 }
 
 Request* Scheduler::PreemptVictim(const Request& needy, double now, size_t* next_index,
@@ -275,8 +306,13 @@ void Scheduler::BuildBatch() {
     b.request_keys.push_back(static_cast<uint64_t>(req.arrival_seq));
     b.output_index.push_back(req.num_output_tokens());
     if (!req.registered_with_executor) {
+      std::vector<int32_t> eos_ids;
+      if (req.eos_token_id) eos_ids.push_back(*req.eos_token_id);
+      for (int32_t t : config_.extra_eos_token_ids) {
+        if (std::find(eos_ids.begin(), eos_ids.end(), t) == eos_ids.end()) eos_ids.push_back(t);
+      }
       b.new_requests.push_back({static_cast<uint64_t>(req.arrival_seq), req.sampling, req.seed,
-                                req.eos_token_id, req.token_ids, req.num_prompt_tokens});
+                                std::move(eos_ids), req.token_ids, req.num_prompt_tokens});
       req.registered_with_executor = true;
     }
     b.block_tables.insert(b.block_tables.end(), req.block_ids.begin(), req.block_ids.end());

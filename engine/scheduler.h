@@ -118,8 +118,16 @@ class Scheduler {
 
   // This step's stats with the gauges filled in from the current state.
   const SchedulerStats& stats();
-  // Zeroes this step's counters for a step that schedules nothing (Schedule() does it otherwise).
-  void ResetStats(double now) { stats_.Reset(now); }
+  // Zeroes this step's counters for a step that schedules nothing (Schedule() does it otherwise);
+  // the preemptions of a ResetPrefixCache() since the last step count in the new step.
+  void ResetStats(double now);
+  // Drops the prefix cache's content (BlockPool::ResetPrefixCache). With `preempt_running`, every
+  // running request is first preempted (recompute, reason kResetPrefixCache; the most recently
+  // admitted goes to the waiting queue's head first, so they resume in admission order) and
+  // *preempted gets them; they are counted in the next step's stats. Returns true iff the cache
+  // was reset: false iff some request still holds blocks (without `preempt_running`, any running
+  // one). REQUIRES: not between Schedule() and Update()/FailScheduled().
+  bool ResetPrefixCache(bool preempt_running, double now, std::vector<Request*>* preempted);
   // Adds the step's structured-output mask work (EngineCore) to stats().
   void AddStructuredMaskStats(int32_t num_seqs, double fill_seconds, double awaited_seconds = 0.0) {
     stats_.num_structured_seqs += num_seqs;
@@ -141,6 +149,7 @@ class Scheduler {
   // planned earlier), and preempts it; `needy` is the running request that needs the blocks.
   Request* PreemptVictim(const Request& needy, double now, size_t* next_index, int32_t* budget);
   void Preempt(Request* req, PreemptionReason reason, double now);
+  std::vector<Request*> PreemptAllRunning(double now);
   void InsertWaiting(Request* req, bool at_head);
   void RemoveWaiting(Request* req);
   void BuildBatch();
@@ -156,6 +165,7 @@ class Scheduler {
   std::vector<Request*> running_;                                       // admission order
   std::deque<Request*> waiting_;                                        // head first
   int32_t num_preempted_waiting_ = 0;
+  int32_t num_unreported_reset_preemptions_ = 0;  // PreemptAllRunning()'s, for the next stats
   int64_t next_arrival_seq_ = 0;
 
   SchedulerOutput out_;

@@ -18,9 +18,13 @@ enum class PreemptionReason : uint8_t {
   // Priority policy: the victim was less important (a larger priority value) than the running
   // request that needed the blocks.
   kPriority,
+  // Not in the proposal: POST /reset_prefix_cache?reset_running_requests=true preempted every
+  // running request so that the prefix cache could be dropped (vLLM's reset_running_requests).
+  kResetPrefixCache,
 };
-inline constexpr int kNumPreemptionReasons = 2;
-// "kv_full", "priority": the `reason` label of tinyserve_num_preemptions_by_reason_total.
+inline constexpr int kNumPreemptionReasons = 3;
+// "kv_full", "priority", "reset_prefix_cache": the `reason` label of
+// tinyserve_num_preemptions_by_reason_total.
 const char* PreemptionReasonName(PreemptionReason reason);
 
 struct SchedulerStats {

@@ -45,8 +45,8 @@ struct SamplingSpec {
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
-  // While the request has fewer than min_tokens outputs, these ids are masked: its EOS (unless
-  // ignore_eos) and its stop token ids.
+  // While the request has fewer than min_tokens outputs, these ids are masked: every id that
+  // would stop it (its EOS ids, unless ignore_eos, and its stop token ids).
   int32_t min_tokens = 0;
   std::vector<int32_t> min_tokens_masked_ids;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias), ids in vocab

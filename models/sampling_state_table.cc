@@ -1,11 +1,13 @@
 #include "models/sampling_state_table.h"
 
+#include <algorithm>
 #include <string>
 
 namespace tinyserve {
 
 SamplingSpec SamplingStateTable::MakeSpec(const SamplingParams& p, uint64_t seed,
-                                          std::optional<int32_t> eos_token_id, int32_t vocab_size) {
+                                          std::span<const int32_t> eos_token_ids,
+                                          int32_t vocab_size) {
   SamplingSpec s;
   s.temperature = p.temperature;
   s.top_k = p.top_k;
@@ -16,11 +18,17 @@ SamplingSpec SamplingStateTable::MakeSpec(const SamplingParams& p, uint64_t seed
   s.repetition_penalty = p.repetition_penalty;
   s.seed = seed;
   s.min_tokens = p.min_tokens;
-  if (!p.ignore_eos && eos_token_id && *eos_token_id >= 0 && *eos_token_id < vocab_size) {
-    s.min_tokens_masked_ids.push_back(*eos_token_id);
+  if (!p.ignore_eos) {
+    for (int32_t t : eos_token_ids) {
+      if (t >= 0 && t < vocab_size) s.min_tokens_masked_ids.push_back(t);
+    }
   }
-  s.min_tokens_masked_ids.insert(s.min_tokens_masked_ids.end(), p.stop_token_ids.begin(),
-                                 p.stop_token_ids.end());
+  for (int32_t t : p.stop_token_ids) {  // an id already masked as EOS is not listed twice
+    if (std::find(s.min_tokens_masked_ids.begin(), s.min_tokens_masked_ids.end(), t) ==
+        s.min_tokens_masked_ids.end()) {
+      s.min_tokens_masked_ids.push_back(t);
+    }
+  }
   s.logit_bias = p.logit_bias;
   s.allowed_token_ids = p.allowed_token_ids;
   s.num_logprobs = p.logprobs ? *p.logprobs : -1;
@@ -35,7 +43,7 @@ void SamplingStateTable::FreeSlot(Entry& e) {
 void SamplingStateTable::Apply(const ScheduledBatch& batch) {
   for (const SamplingRegistration& r : batch.new_requests) {
     Entry& e = entries_[r.key];
-    e.spec = MakeSpec(r.params, r.seed, r.eos_token_id, vocab_size_);
+    e.spec = MakeSpec(r.params, r.seed, r.eos_token_ids, vocab_size_);
     e.penalties = PenaltyState();
     if (!e.spec.has_penalties()) {
       FreeSlot(e);

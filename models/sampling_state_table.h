@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -51,10 +52,10 @@ class SamplingStateTable {
   size_t size() const { return entries_.size(); }
   bool contains(uint64_t key) const { return entries_.count(key) != 0; }
 
-  // The spec of a request with these parameters (min_tokens masks: its EOS, when in the
-  // vocabulary and not ignored, then its stop ids).
+  // The spec of a request with these parameters (min_tokens masks every id that would stop it:
+  // its EOS ids, those in the vocabulary, unless ignore_eos, then its stop ids not listed yet).
   static SamplingSpec MakeSpec(const SamplingParams& params, uint64_t seed,
-                               std::optional<int32_t> eos_token_id, int32_t vocab_size);
+                               std::span<const int32_t> eos_token_ids, int32_t vocab_size);
 
   // The number of device history slots in use (0 on the host).
   size_t num_penalty_slots() const { return next_slot_ - free_slots_.size(); }

@@ -112,6 +112,8 @@ class ChatSseStream final : public SseStream {
     chunks_.AppendChatFinishChunk(c.spec.index, d.finish_reason, d.stop_reason, UsageOf(c), out);
   }
 
+  bool UsageWaitsForEngineFinish() const override { return include_usage_ && with_metrics_; }
+
   void OnFinish(std::string* out) override {
     if (!include_usage_) return;
     protocol::Usage usage{num_prompt_tokens_, 0};

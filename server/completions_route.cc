@@ -103,6 +103,8 @@ class CompletionSseStream final : public SseStream {
     }
   }
 
+  bool UsageWaitsForEngineFinish() const override { return include_usage_ && with_metrics_; }
+
   void OnFinish(std::string* out) override {
     if (!include_usage_) return;
     if (!with_metrics_) return chunks_.AppendUsageChunk(TotalUsage(), out);

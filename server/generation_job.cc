@@ -106,8 +106,8 @@ bool GenerationJob::WaitForEngineFinish(double timeout_s) {
   for (size_t i = 0; i < choices_.size(); ++i) {
     while (!choices_[i]->engine_done) {
       const double left = std::chrono::duration<double>(deadline - SteadyTime::now()).count();
-      if (left <= 0) return false;
-      Take(i, left, &ignored);
+      // With no time left, what the stream already holds is still taken.
+      if (!Take(i, std::max(left, 0.0), &ignored) && left <= 0) return false;
     }
   }
   return true;

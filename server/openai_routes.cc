@@ -2,9 +2,14 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <ctime>
+#include <future>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -119,7 +124,11 @@ void OpenAiRoutes::Register(httplib::Server& server) {
   server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     HandleDetokenize(req, res);
   });
-  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
+  server.Post("/reset_prefix_cache", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleResetPrefixCache(req, res);
+  });
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
+                           "/reset_prefix_cache"}) {
     server.Get(path, MethodNotAllowed());
     server.Put(path, MethodNotAllowed());
     server.Delete(path, MethodNotAllowed());
@@ -140,7 +149,9 @@ bool OpenAiRoutes::TakesJsonBody(const std::string& method, const std::string& p
 
 std::optional<ApiError> OpenAiRoutes::CheckAuthorization(const httplib::Request& req) const {
   if (context_.api_key.empty()) return std::nullopt;
-  if (req.path != "/v1" && req.path.rfind("/v1/", 0) != 0) return std::nullopt;
+  if (req.path != "/v1" && req.path.rfind("/v1/", 0) != 0 && req.path != "/reset_prefix_cache") {
+    return std::nullopt;
+  }
   // The header map holds the whole value; get_header_value() would cut it at a NUL byte.
   const auto range = req.headers.equal_range("Authorization");
   if (range.first == range.second) {
@@ -244,6 +255,49 @@ void OpenAiRoutes::HandleModels(const httplib::Request&, httplib::Response& res)
 
 void OpenAiRoutes::HandleVersion(const httplib::Request&, httplib::Response& res) const {
   SendJson(res, {{"version", context_.version}});
+}
+
+void OpenAiRoutes::HandleResetPrefixCache(const httplib::Request& req,
+                                          httplib::Response& res) const {
+  // vLLM's boolean query parameters (FastAPI's spellings); reset_external names a KV connector's
+  // cache, and there is none here.
+  bool reset_running_requests = false;
+  for (const char* name : {"reset_running_requests", "reset_external"}) {
+    if (!req.has_param(name)) continue;
+    std::string value = req.get_param_value(name);
+    std::transform(value.begin(), value.end(), value.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    bool flag = false;
+    if (value == "true" || value == "1" || value == "yes" || value == "on") {
+      flag = true;
+    } else if (value != "false" && value != "0" && value != "no" && value != "off") {
+      return SendError(res, ApiError::BadRequest(std::string("Query parameter `") + name +
+                                                     "` must be true or false, not `" +
+                                                     req.get_param_value(name) + "`.",
+                                                 name));
+    }
+    if (std::string(name) == "reset_running_requests") reset_running_requests = flag;
+  }
+  if (context_.engine == nullptr) {
+    return SendError(res, ApiError::Unavailable("the engine is not running"));
+  }
+  // Done by the engine thread between two steps: at most one step's wait.
+  std::future<bool> reset = context_.engine->RequestPrefixCacheReset(reset_running_requests);
+  if (reset.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    return SendError(res, ApiError::Unavailable("the engine did not answer the reset in 60 s"));
+  }
+  if (reset.get()) {
+    res.status = 200;
+    return;
+  }
+  if (context_.engine->is_dead()) {
+    return SendError(res, ApiError::Unavailable("the engine is dead: " +
+                                                context_.engine->death_status().ToString()));
+  }
+  // vLLM's answer when running requests hold KV blocks (and also when the server stops first).
+  SendError(res, ApiError::Make(409,
+                                "Prefix cache reset failed: requests hold KV blocks (send "
+                                "reset_running_requests=true to preempt them first)."));
 }
 
 void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response& res) const {

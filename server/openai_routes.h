@@ -9,12 +9,18 @@
 //   POST /tokenize              {prompt | messages, add_special_tokens} -> {count, max_model_len,
 //                               tokens}
 //   POST /detokenize            {tokens} -> {prompt}
+//   POST /reset_prefix_cache    vLLM's: drops the prefix cache
+//   (EngineCore::RequestPrefixCacheReset)
+//                               -> 200, or 409 while requests hold KV blocks;
+//                               ?reset_running_requests=true preempts them first
 // Other methods on these paths get 405. Bodies are validated by server/protocol/ before anything
 // is queued; errors are vLLM's JSON (protocol::ApiError). A `model` that is not the served name
 // gets 404 model_not_found. With an API key, every /v1/* request needs `Authorization: Bearer
 // KEY` (401 otherwise, compared in constant time; HttpServer asks CheckAuthorization before the
-// body is read, with the other head checks of server/request_guard.h); /health, /metrics, /version,
-// /tokenize and /detokenize stay open, as in vLLM. With max_queue_len (--max-num-queued-reqs) > 0,
+// body is read, with the other head checks of server/request_guard.h), and so does
+// /reset_prefix_cache (vLLM serves it, unauthenticated, only with VLLM_SERVER_DEV_MODE=1; here it
+// is always served, so it is guarded); /health, /metrics, /version, /tokenize and /detokenize
+// stay open, as in vLLM. With max_queue_len (--max-num-queued-reqs) > 0,
 // a request that would make more than that many engine requests in flight gets 503 at once (a
 // request whose n alone is over the limit gets 400: it could never be admitted); likewise with
 // max_num_queued_tokens > 0 for the prompt tokens waiting for their first token (AdmissionGate);
@@ -143,6 +149,7 @@ class OpenAiRoutes {
   void HandleVersion(const httplib::Request& req, httplib::Response& res) const;
   void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
+  void HandleResetPrefixCache(const httplib::Request& req, httplib::Response& res) const;
 
   const OpenAiContext context_;
   const int64_t created_;  // Unix seconds at start (the model's "created")

@@ -14,6 +14,8 @@ namespace {
 
 constexpr double kPollSeconds = 0.02;
 constexpr double kPingSeconds = 0.1;
+// As long as a non-streaming response waits (completions_route.cc, chat_route.cc).
+constexpr double kEngineFinishSeconds = 1.0;
 
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -76,7 +78,19 @@ bool SseStream::Produce(double wait_s, std::string* out) {
   updates_.clear();
   job_->Poll(wait, &updates_);
   for (const ChoiceUpdate& u : updates_) OnUpdate(u, out);
-  const bool done = job_->finished();
+  bool done = job_->finished();
+  if (done && UsageWaitsForEngineFinish()) {
+    // A stop string ended a choice: its engine finish (the abort the job sent) follows within a
+    // step. The usage chunk waits for it, up to kEngineFinishSeconds, without blocking a writer
+    // thread (it comes back on the finish's wake-up or its next tick).
+    // The choices' last chunks, if made now, go out without waiting.
+    const double finish_wait = out->size() != before ? 0.0 : wait;
+    if (engine_finish_deadline_s_ < 0) engine_finish_deadline_s_ = start + kEngineFinishSeconds;
+    const double left = engine_finish_deadline_s_ - (wait > 0 ? SteadySeconds() : start);
+    if (!job_->WaitForEngineFinish(std::clamp(left, 0.0, finish_wait)) && left > finish_wait) {
+      done = false;
+    }
+  }
   if (done) {
     OnFinish(out);
     *out += protocol::SseDone();

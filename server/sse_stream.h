@@ -71,6 +71,10 @@ class SseStream {
   virtual void OnUpdate(const ChoiceUpdate& update, std::string* out) = 0;
   // Chunks after every choice finished, before [DONE] (the usage chunk).
   virtual void OnFinish(std::string* out) = 0;
+  // Returns true iff OnFinish() needs every choice's engine finish (the usage chunk's per-request
+  // metrics): then, when a stop string ended a choice, OnFinish() waits for that finish, up to
+  // 1 s, as a non-streaming response does.
+  virtual bool UsageWaitsForEngineFinish() const { return false; }
 
   GenerationJob& job() { return *job_; }
 
@@ -85,6 +89,8 @@ class SseStream {
   bool on_worker_ = false;     // the writer could not take the stream: Pump() writes it
   double last_write_s_ = 0.0;  // steady seconds of the last non-empty Produce()
   double last_watch_s_ = 0.0;  // steady seconds of the last ConnectionWatch check
+  // Steady seconds until which OnFinish() waits for the engine's finishes; < 0: not started.
+  double engine_finish_deadline_s_ = -1.0;
   std::vector<ChoiceUpdate> updates_;
 };
 

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "base/clock.h"
 #include "engine/engine_core.h"
@@ -400,6 +403,61 @@ TEST_F(CudaModelTest, SeededPenalisedRequestsAreTheSameAloneAndPreemptedOnTheGpu
   EXPECT_GE(preemptions, kOnHostLayer ? 2 : 10);
   EXPECT_EQ(runner->num_sampling_states(), 0u);  // every request released its state
   EXPECT_EQ(runner->num_penalty_slots(), 0u);    // and its device history slot
+}
+
+// Regression: min_tokens masked only the request's own EOS. Every id that would stop a request
+// (its EOS, the engine's extra EOS ids, its stop_token_ids) stays masked, on the CPU sampler and
+// on the device, until min_tokens outputs exist, even when logit_bias forces it; then it wins.
+TEST_F(CudaModelTest, MinTokensMasksEveryStopIdOnTheCpuAndTheGpu) {
+  struct Out {
+    std::vector<int32_t> tokens;
+    FinishReason reason = FinishReason::kAbort;
+    std::optional<int32_t> stop_token_id;
+  };
+  const auto run = [](ModelRunner& runner, int32_t forced, bool as_stop_id) {
+    FakeClock clock;
+    EngineConfig config;
+    config.eos_token_id = 1;
+    config.extra_eos_token_ids = {13};
+    EngineCore engine(config, &runner, &clock);
+    EngineRequest req;
+    req.request_id = "r";
+    req.prompt_token_ids = {1, 403, 407};
+    req.sampling.temperature = 0.0f;
+    req.sampling.max_tokens = 12;
+    req.sampling.min_tokens = 5;
+    req.sampling.logit_bias = {{forced, 100.0f}};
+    if (as_stop_id) req.sampling.stop_token_ids = {forced};
+    auto stream = engine.Submit(req);
+    EXPECT_TRUE(stream.ok()) << stream.status().ToString();
+    for (int steps = 0; engine.HasPendingWork() && steps < 1000; ++steps) engine.Step();
+    RequestOutput out;
+    EXPECT_TRUE((*stream)->WaitForFinish(&out, 0.0));
+    return Out{out.token_ids, out.finish_reason, out.stop_token_id};
+  };
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 8);
+  auto gpu = MakeRunner(MakeCudaBackend(DType::kFloat32), 16, 8, /*enforce_eager=*/true);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  // 13: the engine's extra EOS id; 42: a stop_token_id; 1: the EOS itself.
+  for (const auto& [forced, as_stop_id] :
+       std::vector<std::pair<int32_t, bool>>{{13, false}, {42, true}, {1, false}}) {
+    SCOPED_TRACE(forced);
+    const Out want = run(*cpu, forced, as_stop_id);
+    ASSERT_EQ(want.tokens.size(), 6u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_NE(want.tokens[i], forced) << i;
+      EXPECT_NE(want.tokens[i], 1) << i;
+      EXPECT_NE(want.tokens[i], 13) << i;
+    }
+    EXPECT_EQ(want.tokens[5], forced);
+    EXPECT_EQ(want.reason, FinishReason::kStop);
+    EXPECT_EQ(want.stop_token_id, as_stop_id ? std::optional<int32_t>(forced) : std::nullopt);
+    const Out got = run(*gpu, forced, as_stop_id);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.reason, want.reason);
+    EXPECT_EQ(got.stop_token_id, want.stop_token_id);
+  }
 }
 
 TEST_F(CudaModelTest, PromptLogitRowsEqualTheCpuOnes) {

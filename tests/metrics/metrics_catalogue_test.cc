@@ -78,7 +78,7 @@ const std::vector<Expected>& Catalogue() {
       {"tinyserve_num_preemptions_by_reason_total",
        "counter",
        {"reason"},
-       {{"kv_full", "priority"}}},
+       {{"kv_full", "priority", "reset_prefix_cache"}}},
       {"tinyserve_structured_output_requests_total",
        "counter",
        {"kind"},

@@ -21,8 +21,10 @@ class Sampler {
  public:
   explicit Sampler(int32_t vocab_size) : vocab_size_(vocab_size), cpu_(vocab_size) {}
   int32_t Sample(const Request& r, const float* logits, TokenLogprobs* logprobs) {
+    std::vector<int32_t> eos_ids = extra_eos_ids_;
+    if (r.eos_token_id) eos_ids.insert(eos_ids.begin(), *r.eos_token_id);
     const SamplingSpec spec =
-        SamplingStateTable::MakeSpec(r.sampling, r.seed, r.eos_token_id, vocab_size_);
+        SamplingStateTable::MakeSpec(r.sampling, r.seed, eos_ids, vocab_size_);
     PenaltyState history;
     history.Reset(r.token_ids, r.num_prompt_tokens);
     return cpu_.Sample({&spec, &history, static_cast<uint64_t>(r.num_output_tokens())}, logits,
@@ -31,9 +33,12 @@ class Sampler {
   void FillLogprobs(const float* logits, int32_t token, int32_t n, TokenLogprobs* out) {
     cpu_.FillLogprobs(logits, token, n, out);
   }
+  // The engine's other EOS ids (EngineConfig::extra_eos_token_ids), after each request's own.
+  void set_extra_eos_ids(std::vector<int32_t> ids) { extra_eos_ids_ = std::move(ids); }
 
  private:
   const int32_t vocab_size_;
+  std::vector<int32_t> extra_eos_ids_;
   CpuSampler cpu_;
 };
 
@@ -139,6 +144,39 @@ TEST(SamplerTest, MinTokensMasksEosAndStopTokens) {
   r.token_ids.pop_back();
   r.sampling.ignore_eos = true;  // EOS is an ordinary token then; the stop id stays masked
   EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 1);
+}
+
+// Regression: min_tokens masked only the request's own EOS, so a model's other EOS id (e.g.
+// Llama-3's <|eot_id|>) could end the request before min_tokens outputs.
+TEST(SamplerTest, MinTokensMasksEveryEosIdAndTheStopIds) {
+  Sampler sampler(6);
+  sampler.set_extra_eos_ids({4});
+  const std::vector<float> logits = {0.0f, 1.0f, 2.0f, 3.0f, 9.0f, 8.0f};
+  Request r = MakeRequest({0});
+  r.eos_token_id = 1;
+  r.sampling.stop_token_ids = {5, 4};
+  r.sampling.min_tokens = 1;
+  // No output yet: 4 (extra EOS, and a stop id) and 5 (stop id) masked; 3 is the best left.
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 3);
+  // The extra EOS id forced by logit_bias stays masked (-inf + bias is -inf).
+  r.sampling.logit_bias = {{4, 100.0f}};
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 3);
+  // The EOS ids, then the stop ids not listed yet.
+  const SamplingSpec spec =
+      SamplingStateTable::MakeSpec(r.sampling, 0, std::vector<int32_t>{1, 4}, 6);
+  EXPECT_EQ(spec.min_tokens_masked_ids, (std::vector<int32_t>{1, 4, 5}));
+  // ignore_eos: the EOS ids are ordinary tokens, the stop ids stay masked (4 is one of them).
+  r.sampling.ignore_eos = true;
+  r.sampling.logit_bias = {{1, 100.0f}};
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 1);
+  r.sampling.stop_token_ids = {5};
+  r.sampling.logit_bias.clear();
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 4);
+  // Once min_tokens outputs exist nothing is masked: the forced extra EOS wins.
+  r.sampling.ignore_eos = false;
+  r.sampling.logit_bias = {{4, 100.0f}};
+  r.token_ids.push_back(3);
+  EXPECT_EQ(sampler.Sample(r, logits.data(), nullptr), 4);
 }
 
 TEST(SamplerTest, LogitBiasIsAddedAfterTheMinTokensMaskAndBeforePenalties) {
@@ -503,7 +541,7 @@ TEST(SamplingStateTableTest, FollowsARequestFromRegistrationToRelease) {
   reg.params.repetition_penalty = 2.0f;
   reg.params.stop_token_ids = {5};
   reg.params.min_tokens = 3;
-  reg.eos_token_id = 6;
+  reg.eos_token_ids = {6};
   reg.token_ids = {1, 2};
   reg.num_prompt_tokens = 2;
   b.new_requests = {reg};

@@ -223,5 +223,64 @@ TEST(OpenAiPerRequestMetricsTest, StopStringResponseWaitsForTheEngineFinish) {
             Read(server.metrics()->decode_time).sum * 1000.0);
 }
 
+// Regression: a streamed choice ended by a stop string sent its usage chunk before the engine's
+// finish, so `recomputed_tokens` and `cached_prompt_tokens` were null. The chunk now waits for
+// that finish (the abort the frontend sent), as the non-streaming response does.
+TEST(OpenAiPerRequestMetricsTest, StreamedStopStringUsageChunkWaitsForTheEngineFinish) {
+  TestServerOptions options;
+  options.with_metrics = true;
+  options.enable_per_request_metrics = true;
+  OpenAiTestServer server(options);
+  // Longer than a block (16 tokens), so the second and third requests hit the prefix cache.
+  const json request = {
+      {"prompt", "Once upon a time there was a little girl named Lily. She liked to play outside."},
+      {"max_tokens", 200},
+      {"ignore_eos", true},
+      {"stop", " "}};
+  auto first = server.Post("/v1/completions", request);  // fills the cache
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  auto plain = server.Post("/v1/completions", request);
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json want = json::parse(plain->body).at("metrics");
+  ASSERT_TRUE(want["cached_prompt_tokens"].is_number()) << want;
+  EXPECT_GT(want["cached_prompt_tokens"].get<int64_t>(), 0) << want;
+
+  json streamed = request;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  auto stream = server.Post("/v1/completions", streamed);
+  ASSERT_TRUE(stream);
+  ASSERT_EQ(stream->status, 200) << stream->body;
+  const std::vector<std::string> events = SseEvents(stream->body);
+  ASSERT_GE(events.size(), 3u);
+  ASSERT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(json::parse(events[events.size() - 3])["choices"][0]["finish_reason"], "stop");
+  const json m = json::parse(events[events.size() - 2]).at("metrics");
+  for (auto it = m.begin(); it != m.end(); ++it) EXPECT_FALSE(it->is_null()) << it.key() << m;
+  EXPECT_EQ(m["cached_prompt_tokens"], want["cached_prompt_tokens"]);
+  EXPECT_EQ(m["recomputed_tokens"], want["recomputed_tokens"]);
+  EXPECT_EQ(m["num_preemptions"], want["num_preemptions"]);
+  const std::string reason = m["finished_reason"].get<std::string>();
+  EXPECT_TRUE(reason == "stop" || reason == "length") << m;  // length: the engine got there first
+
+  // Chat streams wait the same way.
+  auto chat = server.Post("/v1/chat/completions",
+                          {{"messages", {{{"role", "user"}, {"content", request["prompt"]}}}},
+                           {"max_tokens", 200},
+                           {"ignore_eos", true},
+                           {"stop", " "},
+                           {"stream", true},
+                           {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const std::vector<std::string> chat_events = SseEvents(chat->body);
+  ASSERT_GE(chat_events.size(), 3u);
+  const json chat_m = json::parse(chat_events[chat_events.size() - 2]).at("metrics");
+  EXPECT_TRUE(chat_m["cached_prompt_tokens"].is_number()) << chat_m;
+  EXPECT_TRUE(chat_m["recomputed_tokens"].is_number()) << chat_m;
+}
+
 }  // namespace
 }  // namespace tinyserve::testing
