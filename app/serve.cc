@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "app/engine_flags.h"
@@ -80,6 +83,62 @@ bool WaitUntilIdle(const HttpServer& server, const sigset_t& signals, double tim
   }
 }
 
+// How long after --shutdown-timeout the process may take to stop before ShutdownWatchdog ends it.
+constexpr double kShutdownGraceS = 2.0;
+// The exit code when ShutdownWatchdog ends the process: the shutdown did not complete (the trace
+// file and KV-cache events may be cut short), which a supervisor should see.
+constexpr int kHardExitCode = 3;
+
+// Armed when the shutdown signal comes: if the process has not finished stopping within
+// `limit_s`, it says so on stderr and exits at once (std::_Exit: no destructors, which are what
+// may be stuck) with kHardExitCode, whatever the threads and the clients' sockets are doing.
+class ShutdownWatchdog {
+ public:
+  explicit ShutdownWatchdog(double limit_s)
+      : thread_([this, limit_s] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, std::chrono::duration<double>(limit_s), [this] { return done_; }))
+            return;
+          std::fprintf(stderr,
+                       "tinyserve: the shutdown did not finish within %.1f s (--shutdown-timeout "
+                       "+ %.0f s): exiting now with status %d\n",
+                       limit_s, kShutdownGraceS, kHardExitCode);
+          std::fflush(nullptr);
+          std::_Exit(kHardExitCode);
+        }) {}
+  ~ShutdownWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  ShutdownWatchdog(const ShutdownWatchdog&) = delete;
+  ShutdownWatchdog& operator=(const ShutdownWatchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+// Waits up to `timeout_s` for Serve() to have returned, shutting the connections every 100 ms
+// (`shut`: HttpServer::Stop or AbortConnections), for one accepted just before the listen loop
+// ended. Returns true iff it returned.
+template <typename Shut>
+bool WaitUntilStopped(const HttpServer& server, double timeout_s, Shut&& shut) {
+  using SteadyTime = std::chrono::steady_clock;
+  const auto deadline = SteadyTime::now() + std::chrono::duration<double>(timeout_s);
+  for (int i = 1; !server.has_stopped(); ++i) {
+    if (SteadyTime::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (i % 10 == 0) shut();
+  }
+  return true;
+}
+
 }  // namespace
 
 CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
@@ -145,7 +204,8 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
       });
   cmd->add_option("--shutdown-timeout", f.shutdown_timeout_s,
                   "seconds in-flight requests may run on after SIGINT/SIGTERM before they are "
-                  "aborted")
+                  "aborted; the process exits at most 2 s later whatever the clients do (status "
+                  "3 if it had to force that exit)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--metrics-compat", f.metrics_compat,
                   "also serve metric names older routers read: gpu-cache-usage adds "
@@ -343,6 +403,8 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     }
   });
   LogLine(std::string("shutting down on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM"));
+  // From here the process ends within --shutdown-timeout + kShutdownGraceS, cleanly or not.
+  ShutdownWatchdog watchdog(f.shutdown_timeout_s + kShutdownGraceS);
   // New generation requests get 503; in-flight ones get the grace period, then are aborted (the
   // engine finishes them with reason abort, and their responses end cleanly).
   server.Drain();
@@ -350,9 +412,17 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     LogLine(std::to_string(server.num_in_flight()) + " requests still running (grace period " +
             std::to_string(f.shutdown_timeout_s) + " s over, or signalled again): aborting them");
     engine.Stop();
-    WaitUntilIdle(server, signals, 5.0, 0.0);
+    WaitUntilIdle(server, signals, 0.5, 0.0);
   }
+  // The listen loop ends and the connections' reading sides are shut: workers reading a request
+  // head (a client trickling one) or waiting for a keep-alive request end now; answers being
+  // written may finish. After 0.5 s, both sides are shut (a client that reads nothing).
   server.Stop();
+  if (!WaitUntilStopped(server, 0.5, [&] { server.Stop(); })) {
+    LogLine("connections still open 0.5 s after the listen loop ended: closing them");
+    WaitUntilStopped(server, f.shutdown_timeout_s + kShutdownGraceS,
+                     [&] { server.AbortConnections(); });
+  }
   http_thread.join();
   engine.Stop();  // aborts whatever is still pending; observers see those finishes
   if (kv_publisher != nullptr) kv_publisher->Shutdown();

@@ -3,7 +3,11 @@
 // request-timeline trace file.
 // SIGINT/SIGTERM stop it cleanly: new generation requests get 503, in-flight ones may finish for
 // --shutdown-timeout seconds, then the rest are aborted (their streams end with finish_reason
-// abort and [DONE]), the server and engine stop, the trace file is closed; exit 0.
+// abort and [DONE]), the connections are shut (a client trickling a request head or holding a
+// keep-alive connection does not hold the shutdown), the server and engine stop, the trace file
+// is closed; exit 0. Whatever the clients do, the process exits at most 2 s after
+// --shutdown-timeout: if it has not stopped by then, a watchdog says so on stderr and exits at
+// once with status 3 (the trace file and KV-cache events may be cut short).
 #pragma once
 
 #include <cstdint>
@@ -60,7 +64,7 @@ struct ServeFlags {
 CLI::App* AddServeCommand(CLI::App& app, ServeFlags& flags);
 
 // Runs the server until SIGINT or SIGTERM. Returns the process exit code (0 after a clean
-// shutdown, 1 on a start-up error, printed to stderr).
+// shutdown, 1 on a start-up error, printed to stderr); the watchdog's exit (3) does not return.
 int RunServe(const ServeFlags& flags, const std::string& default_shared_dir);
 
 }  // namespace tinyserve

@@ -231,7 +231,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   if (!submitted.ok()) return SendError(res, submitted.error());
   CountStructuredOutput(fields);
   std::unique_ptr<GenerationJob> job = std::move(submitted).value();
-  const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
+  ConnectionWatch watch = ConnectionWatch::ForRequest(req);
   const auto num_prompt_tokens = static_cast<int32_t>(ids.size());
 
   if (fields.stream) {

@@ -253,7 +253,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
   if (!submitted.ok()) return SendError(res, submitted.error());
   CountStructuredOutput(fields);
   std::unique_ptr<GenerationJob> job = std::move(submitted).value();
-  const ConnectionWatch watch = ConnectionWatch::ForRequest(req);
+  ConnectionWatch watch = ConnectionWatch::ForRequest(req);
 
   if (fields.stream) {
     SseStream::Attach(std::make_shared<CompletionSseStream>(

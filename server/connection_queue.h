@@ -45,6 +45,11 @@ struct ConnectionState {
   int64_t num_requests = 0;         // requests whose handling has begun (see BeginRequest)
   bool rejected = false;            // over max_connections: every request gets 503 and the close
   double request_arrival_ts = 0.0;  // the arrival of the request being handled
+  // Pipelining (HttpServer's check): the bytes read from the socket when the last answer began,
+  // and the size of the request being handled as its client wrote it (counted before any header
+  // is dropped).
+  int64_t bytes_read = 0;
+  int64_t request_head_bytes = 0;
 };
 
 // The state of the connection the calling thread serves, or null off the pool's threads.

@@ -85,10 +85,10 @@ void GenerationJob::Abort() {
   }
 }
 
-bool GenerationJob::WaitUntilFinished(const ConnectionWatch& watch, double poll_s) {
+bool GenerationJob::WaitUntilFinished(ConnectionWatch& watch, double poll_s) {
   std::vector<ChoiceUpdate> updates;
   while (!finished()) {
-    if (watch.IsPeerClosed()) {
+    if (watch.IsClientGone()) {
       Abort();
       return false;
     }

@@ -108,8 +108,9 @@ class GenerationJob {
   // Finishes every unfinished engine request with reason abort.
   void Abort();
   // For a non-streaming response: polls (`poll_s` at a time) until every choice has finished.
-  // Returns false, after Abort(), iff `watch` saw the client go away first.
-  bool WaitUntilFinished(const ConnectionWatch& watch, double poll_s);
+  // Returns false, after Abort(), iff `watch` saw the client go away first
+  // (ConnectionWatch::IsClientGone: a half-closed client is still answered).
+  bool WaitUntilFinished(ConnectionWatch& watch, double poll_s);
   // After finished(): waits up to `timeout_s` (0: takes only what has arrived) for the engine's
   // finish of every choice that a stop string ended (it follows within a step), so its metrics
   // tracker is complete. Returns true iff every choice's engine finish has arrived.

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -16,12 +17,106 @@
 #include "metrics/prometheus_metrics.h"
 #include "metrics/request_timeline_log.h"
 #include "server/connection_queue.h"
+#include "server/connection_sockets.h"
+#include "server/connection_watch.h"
 #include "server/dashboard_page.h"
 #include "server/error_json.h"
 #include "server/openai_routes.h"
 #include "server/request_guard.h"
 
 namespace tinyserve {
+namespace {
+
+// The bytes of `req`'s head as clients write it: the request line and `Name: value` header lines,
+// each ended by CRLF, and the blank line. httplib adds the connection's addresses as headers of
+// its own; they are not counted.
+int64_t HeadBytes(const httplib::Request& req) {
+  int64_t size = static_cast<int64_t>(req.method.size() + req.target.size() + req.version.size()) +
+                 4;  // two spaces, CRLF
+  for (const auto& [name, value] : req.headers) {
+    if (name == "REMOTE_ADDR" || name == "REMOTE_PORT" || name == "LOCAL_ADDR" ||
+        name == "LOCAL_PORT") {
+      continue;
+    }
+    size += static_cast<int64_t>(name.size() + value.size()) + 4;  // ": ", CRLF
+  }
+  return size + 2;
+}
+
+// Returns true iff the peer of socket `fd` has sent FIN (a half-close, or a close) but no reset.
+bool PeerSentFin(int fd) {
+  pollfd p{};
+  p.fd = fd;
+  p.events = POLLRDHUP;
+  if (poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & POLLRDHUP) != 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
+}
+
+const char* ReasonPhrase(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";  // clients ignore the phrase (RFC 9112 4)
+  }
+}
+
+// Writes `res` (a whole body, not a content provider) to socket `fd` with `Connection: close`,
+// then ends the connection (LingeringClose). httplib's own write of the answer then fails (its
+// SocketStream::is_writable() peeks, and sees the end), and it closes the connection.
+void WriteAnswerAndClose(int fd, const httplib::Request& req, const httplib::Response& res) {
+  std::string out =
+      "HTTP/1.1 " + std::to_string(res.status) + " " + ReasonPhrase(res.status) + "\r\n";
+  for (const auto& [name, value] : res.headers) {
+    if (name == "Connection" || name == "Keep-Alive") continue;
+    out += name + ": " + value + "\r\n";
+  }
+  out += "Connection: close\r\n\r\n";
+  if (req.method != "HEAD") out += res.body;
+  size_t sent = 0;
+  while (sent < out.size()) {
+    const ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  LingeringClose(fd);
+}
+
+// The post-routing handler (see http_server.h): when more bytes were read from the connection
+// than this request holds (pipelining), or the client has sent FIN (a half-close: httplib 0.11.4
+// would write nothing to it), the answer is written here and closes the connection. A stream
+// (a content provider) only gets `Connection: close`.
+void CloseIfPipelinedOrHalfClosed(const httplib::Request& req, httplib::Response& res) {
+  ConnectionState* connection = CurrentConnection();
+  if (connection == nullptr || res.get_header_value("Connection") == "close") return;
+  const int fd = ConnectionWatch::ForRequest(req).fd();
+  const int64_t bytes_read = fd >= 0 ? BytesReadFromSocket(fd) : -1;
+  if (bytes_read < 0) return;
+  const int64_t request_bytes = bytes_read - connection->bytes_read;
+  connection->bytes_read = bytes_read;
+  const bool pipelined =
+      request_bytes > connection->request_head_bytes + static_cast<int64_t>(req.body.size());
+  if (!pipelined && !PeerSentFin(fd)) return;
+  if (res.content_provider_ == nullptr) {
+    WriteAnswerAndClose(fd, req, res);
+    return;
+  }
+  res.headers.erase("Keep-Alive");
+  res.headers.erase("Connection");
+  res.set_header("Connection", "close");
+}
+
+}  // namespace
 
 HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     : options_(std::move(options)),
@@ -110,7 +205,8 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     const double now = clock_->Now();
     const double arrival = BeginRequest(now);
     if (context_.metrics != nullptr) context_.metrics->http_queue_time.Observe(now - arrival);
-    const ConnectionState* connection = CurrentConnection();
+    ConnectionState* connection = CurrentConnection();
+    if (connection != nullptr) connection->request_head_bytes = HeadBytes(req);
     if (connection != nullptr && connection->rejected) {
       SendErrorAndClose(req, res,
                         protocol::ApiError::Make(
@@ -126,6 +222,9 @@ HttpServer::HttpServer(HttpServerOptions options, ServerContext context)
     if (!error) return httplib::Server::HandlerResponse::Unhandled;
     SendErrorAndClose(req, res, *error);
     return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    CloseIfPipelinedOrHalfClosed(req, res);
   });
   server_->set_exception_handler([](const httplib::Request&, httplib::Response& res,
                                     std::exception_ptr ep) { SetInternalErrorResponse(res, ep); });
@@ -206,11 +305,20 @@ void HttpServer::Stop() {
     stop_requested_ = true;
     if (!serving_) return;  // Serve() has not started; it will return at once
   }
-  // httplib's stop() only acts on a running listen loop: wait for Serve() to get there.
-  while (!server_->is_running() && !serve_done_.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // httplib's stop() only acts on a running listen loop: wait for Serve() to get there. Once only:
+  // the loop counts as running until its workers have ended, and a second stop() asserts.
+  if (!listen_stopped_.exchange(true)) {
+    while (!server_->is_running() && !serve_done_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    server_->stop();
   }
-  server_->stop();
+  // Workers blocked reading a request head or waiting for the next request wake up now.
+  if (port_ > 0) ShutdownAcceptedSockets(port_, SHUT_RD);
+}
+
+void HttpServer::AbortConnections() {
+  if (port_ > 0) ShutdownAcceptedSockets(port_, SHUT_RDWR);
 }
 
 void HttpServer::HandleHealth(const httplib::Request&, httplib::Response& res) const {

@@ -27,7 +27,30 @@
 // vllm:admission_rejections_total{reason="max_connections"} counts it.
 //
 // Shutdown: Drain() makes new generation requests get 503 while the ones in flight go on
-// (num_in_flight() counts them); Stop() then ends the listen loop.
+// (num_in_flight() counts them); Stop() then ends the listen loop and shuts the reading side of
+// every accepted connection (server/connection_sockets.h), so that a worker reading a request
+// head (however slowly the client trickles it) or waiting for a keep-alive request ends at once,
+// while answers being written go on; AbortConnections() shuts both sides, for writes that do not
+// end (a client that reads nothing). Serve() returns when every worker has ended.
+//
+// Pipelining: httplib 0.11.4 reads a connection through a buffer that it drops after each
+// request, so requests the client sent behind the one being answered are lost. The post-routing
+// handler compares the bytes read from the socket (server/connection_sockets.h) with the size of
+// the request as a client writes it (`Name: value` header lines, CRLF); when more was read, the
+// answer carries `Connection: close` and the connection is closed after it, so the client
+// retries the rest on a new connection (RFC 9112 9.3.2) instead of waiting for httplib's 5 s
+// keep-alive timeout. A request sent with LF-only lines and pipelined behind may go undetected
+// (then the connection closes at that timeout); a header value httplib percent-decodes, or
+// extra spaces, make an unpipelined request look longer than counted: it gets the close too,
+// which costs the client a new connection only. (The head is counted in the pre-routing
+// handler, before Range is dropped.)
+// Half-close: httplib 0.11.4 writes nothing to a socket whose peer has sent FIN (its
+// SocketStream::is_writable() peeks and sees the end), so a client that sent its request and
+// shut its sending side got no answer. The post-routing handler writes such an answer itself
+// (and a pipelined one: status line, headers, body, `Connection: close`), then ends the
+// connection (LingeringClose); httplib's own write then fails and it closes the socket. A
+// stream (a content provider) only gets `Connection: close` (and a half-closed streaming client
+// is taken as gone: server/connection_watch.h).
 //
 // Lifecycle: construct, Bind() (port 0 picks a free port), then Serve() blocks on the calling
 // thread until Stop() is called from any other thread (or a signal-watching thread). Stop() is
@@ -119,9 +142,15 @@ class HttpServer {
   // Serves requests until Stop(). REQUIRES: Bind() succeeded. Returns an error iff the listen loop
   // failed.
   Status Serve();
-  // Stops accepting, ends the streams in flight (their engine requests are aborted) and makes
-  // Serve() return. Thread-safe, idempotent.
+  // Stops accepting, ends the streams in flight (their engine requests are aborted), shuts the
+  // reading side of every accepted connection and makes Serve() return once the workers end.
+  // Thread-safe, idempotent; each call shuts the connections accepted since the last one again.
   void Stop();
+  // Shuts both sides of every accepted connection (writes in progress fail). For a shutdown whose
+  // connections did not end after Stop(). Thread-safe.
+  void AbortConnections();
+  // Returns true iff Serve() has returned (every worker has ended). Thread-safe.
+  bool has_stopped() const { return serve_done_.load(); }
   // New generation requests get 503 from now on; those in flight go on. Thread-safe.
   void Drain();
   // The generation requests in flight (0 without the OpenAI routes). Thread-safe.
@@ -158,6 +187,7 @@ class HttpServer {
   bool stop_requested_ TS_GUARDED_BY(mu_) = false;
   bool serving_ TS_GUARDED_BY(mu_) = false;  // Serve() has entered the listen loop
   std::atomic<bool> serve_done_{false};      // the listen loop has returned
+  std::atomic<bool> listen_stopped_{false};  // Stop() has called httplib's stop()
   std::atomic<int64_t> num_connections_{0};  // kept by the ConnectionQueue
 };
 

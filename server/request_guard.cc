@@ -38,9 +38,8 @@ bool IsDecimal(const std::string& s) {
          std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
-// After the answer: sends FIN, then reads and drops what the client still sends (the body it
-// is writing) for a bounded time and size, so that closing with unread bytes (which makes the
-// kernel send a reset) does not destroy the answer before the client has read it.
+}  // namespace
+
 void LingeringClose(int fd) {
   constexpr auto kMaxTime = std::chrono::seconds(1);
   constexpr size_t kMaxBytes = size_t{16} << 20;
@@ -59,8 +58,6 @@ void LingeringClose(int fd) {
     drained += static_cast<size_t>(n);
   }
 }
-
-}  // namespace
 
 std::optional<ApiError> CheckRequestHead(const httplib::Request& req, bool json_route,
                                          size_t max_body_bytes) {

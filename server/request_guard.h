@@ -53,4 +53,9 @@ void IgnoreRange(const httplib::Request& req);
 void SendErrorAndClose(const httplib::Request& req, httplib::Response& res,
                        const protocol::ApiError& error);
 
+// After an answer on socket `fd`: sends FIN, then reads and drops what the client still sends
+// (the body it is writing) for up to 1 s and 16 MiB, so that closing with unread bytes (which
+// makes the kernel send a reset) does not destroy the answer before the client has read it.
+void LingeringClose(int fd);
+
 }  // namespace tinyserve

@@ -80,7 +80,20 @@ std::string CompletionBody(bool stream, int first_token = 1) {
       .dump();
 }
 
-TEST(HttpAcceptTest, AQueuedRequestsTtftAndE2eCountItsWaitForAWorker) {
+std::string ChatBody() {
+  return json({{"messages", json::array({{{"role", "user"}, {"content", "Once upon a time"}}})},
+               {"max_tokens", 4},
+               {"ignore_eos", true},
+               {"temperature", 0},
+               {"stream", true}})
+      .dump();
+}
+
+// A streaming request to `path` that waits behind busy workers: its TTFT and e2e on the server
+// include that wait, and the queue-time histogram has it. The client sees its first token in SSE
+// chunk `first_token_chunk` (a chat stream opens with the assistant's role, before any token).
+void ExpectAQueuedRequestCountsItsWait(const std::string& path, const std::string& body,
+                                       size_t first_token_chunk) {
   TestServerOptions options;
   options.num_threads = 2;
   options.with_metrics = true;
@@ -92,12 +105,12 @@ TEST(HttpAcceptTest, AQueuedRequestsTtftAndE2eCountItsWaitForAWorker) {
 
   const double client_start = server.Now();
   RawClient queued(server.port());
-  queued.Post("/v1/completions", CompletionBody(/*stream=*/true));
+  queued.Post(path, body);
   ASSERT_TRUE(WaitForConnections(server, 3));  // accepted, waiting for a worker
   std::this_thread::sleep_for(std::chrono::duration<double>(kForcedWaitS));
   const double released = server.Now();
   idle.clear();  // the workers see the close and take the queued connection
-  ASSERT_TRUE(queued.ReadChunks(1)) << queued.received();
+  ASSERT_TRUE(queued.ReadChunks(first_token_chunk)) << queued.received();
   const double client_ttft = server.Now() - client_start;
   ASSERT_TRUE(queued.ReadUntil("data: [DONE]")) << queued.received();
   const double client_e2e = server.Now() - client_start;
@@ -125,6 +138,15 @@ TEST(HttpAcceptTest, AQueuedRequestsTtftAndE2eCountItsWaitForAWorker) {
   EXPECT_GE(e2e.sum, ttft.sum);
   EXPECT_LE(e2e.sum, client_e2e);
   EXPECT_GE(released - client_start, kForcedWaitS);
+}
+
+TEST(HttpAcceptTest, AQueuedRequestsTtftAndE2eCountItsWaitForAWorker) {
+  ExpectAQueuedRequestCountsItsWait("/v1/completions", CompletionBody(/*stream=*/true), 1);
+}
+
+// The chat route stamps the same arrival (the accept), not the handler's start.
+TEST(HttpAcceptTest, AQueuedChatRequestsTtftAndE2eCountItsWaitForAWorker) {
+  ExpectAQueuedRequestCountsItsWait("/v1/chat/completions", ChatBody(), 2);
 }
 
 TEST(HttpAcceptTest, OverMaxConnectionsANewConnectionGetsAnImmediate503AndIsClosed) {

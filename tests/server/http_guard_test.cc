@@ -1,7 +1,10 @@
 // Issue 16, the HTTP front end: what it refuses before reading a body (server/request_guard.h),
 // on raw sockets. Each refusal is answered and the connection closed, so no unread body is ever
-// parsed as the next request; the server serves on.
+// parsed as the next request; the server serves on. Pipelined and half-closed requests get a
+// clean answer (server/http_server.h, server/connection_watch.h).
 #include <gtest/gtest.h>
+
+#include <sys/socket.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -229,6 +232,102 @@ TEST(HttpGuardTest, RangeIsIgnored) {
   ASSERT_TRUE(tokenize);
   EXPECT_EQ(tokenize->status, 200);
   EXPECT_TRUE(json::parse(tokenize->body, nullptr, false).is_object()) << tokenize->body;
+  ExpectServing(server);
+}
+
+// Reads until the client has `n` whole responses (each head and its Content-Length of body).
+bool ReadWholeResponses(RawClient& client, size_t n) {
+  while (true) {
+    const std::string& got = client.received();
+    size_t pos = 0, whole = 0;
+    while (whole < n) {
+      const size_t head_end = got.find("\r\n\r\n", pos);
+      if (head_end == std::string::npos) break;
+      const size_t length_at = got.find("Content-Length: ", pos);
+      const size_t length = length_at != std::string::npos && length_at < head_end
+                                ? std::stoul(got.substr(length_at + 16))
+                                : 0;
+      if (got.size() < head_end + 4 + length) break;
+      pos = head_end + 4 + length;
+      ++whole;
+    }
+    if (whole >= n) return true;
+    if (!client.ReadMore()) return false;
+  }
+}
+
+constexpr char kGetHealth[] = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+// Issue 16: requests pipelined behind the first were dropped (httplib 0.11.4 drops what it read
+// ahead after each request) and the client waited for httplib's 5 s keep-alive timeout. Now the
+// first is answered with `Connection: close` and the connection closed after it, well before that
+// timeout (kIdleMs), so the client retries the rest.
+TEST(HttpGuardTest, PipelinedRequestsGetTheFirstAnswerAndAClose) {
+  OpenAiTestServer server;
+  const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+  const std::string post = Head("/v1/completions",
+                                "Content-Type: application/json\r\n"
+                                "Content-Length: " +
+                                    std::to_string(body.size()) + "\r\n") +
+                           body;
+  for (const std::string& first : {std::string(kGetHealth), post}) {
+    RawClient client(server.port());
+    ASSERT_TRUE(client.Send(first + kGetHealth));
+    EXPECT_TRUE(client.ReadUntilClosed(kIdleMs)) << "the connection stayed open";
+    const std::string& got = client.received();
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+    EXPECT_EQ(CountResponses(got), 1u) << got;
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+    EXPECT_EQ(got.find("Keep-Alive"), std::string::npos) << got;
+  }
+  ExpectServing(server);
+}
+
+// The pipelining check counts a request's bytes exactly: requests sent one after the other's
+// answer keep their connection, GETs and POSTs with bodies alike.
+TEST(HttpGuardTest, SequentialRequestsKeepTheirConnection) {
+  OpenAiTestServer server;
+  RawClient client(server.port());
+  const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.Send(kGetHealth));
+    ASSERT_TRUE(ReadWholeResponses(client, 2 * i + 1)) << client.received();
+    client.Post("/v1/completions", body);
+    ASSERT_TRUE(ReadWholeResponses(client, 2 * i + 2)) << client.received();
+  }
+  const std::string& got = client.received();
+  EXPECT_EQ(CountResponses(got), 6u) << got;
+  EXPECT_EQ(got.find("Connection: close"), std::string::npos) << got;
+  EXPECT_EQ(got.find("HTTP/1.1 200"), 0u) << got;
+}
+
+// Issue 16: a client that sends its whole request and then shuts its sending side (half-close)
+// got no answer: its FIN read as a disconnect, and the request was aborted. Now it is answered:
+// an interim 100 Continue first (the probe that tells a half-close from a close), then the 200
+// with its body, then the connection closes (the client sends no more requests).
+TEST(HttpGuardTest, AHalfClosedClientIsAnswered) {
+  TestServerOptions options;
+  options.step_delay_s = 0.005;  // 40 tokens: ~0.2 s, so the FIN comes while the handler waits
+  OpenAiTestServer server(options);
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    const json body =
+        std::string(path) == "/v1/completions"
+            ? json({{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"ignore_eos", true}})
+            : json({{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+                    {"max_tokens", 40},
+                    {"ignore_eos", true}});
+    RawClient client(server.port());
+    client.Post(path, body.dump());
+    ASSERT_EQ(shutdown(client.fd(), SHUT_WR), 0);
+    EXPECT_TRUE(client.ReadUntilClosed(kIdleMs)) << path;
+    const std::string& got = client.received();
+    EXPECT_EQ(got.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", 0), 0u) << path << ": " << got;
+    const size_t body_at = got.find("\r\n\r\n{");
+    ASSERT_NE(body_at, std::string::npos) << got;
+    const json answer = json::parse(got.substr(body_at + 4), nullptr, false);
+    ASSERT_TRUE(answer.is_object()) << got;
+    EXPECT_EQ(answer["usage"]["completion_tokens"], 40) << got;
+  }
   ExpectServing(server);
 }
 

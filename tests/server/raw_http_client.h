@@ -72,6 +72,14 @@ class RawClient {
     }
     return true;
   }
+  // Reads once (what has arrived, or waits for something). Returns false on EOF or an error.
+  bool ReadMore() {
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n <= 0) return false;
+    received_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
   // Reads until `n` SSE data chunks have arrived. Returns false on EOF.
   bool ReadChunks(size_t n) {
     char buf[4096];

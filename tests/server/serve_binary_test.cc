@@ -1,6 +1,8 @@
 // The real `tinyserve serve` binary on a random loopback port with the stories260K model: /health
 // and /metrics answer, SIGTERM and SIGINT stop it with exit code 0, and the trace file it wrote
-// is valid JSON. (Load through the OpenAI API, and the real-Prometheus scrape, come with it.)
+// is valid JSON; a client trickling a request head does not hold the shutdown (issue 16); flags
+// it must refuse are clear errors. (Load through the OpenAI API, and the real-Prometheus scrape,
+// come with it.)
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/server/raw_http_client.h"
+
 namespace tinyserve {
 namespace {
 
@@ -31,35 +36,60 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-class ServeBinaryTest : public ::testing::TestWithParam<int> {
+// Runs `tinyserve serve` with the stories260K model on a random loopback port, its output in a
+// log file under the test temp folder.
+class ServeProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // Starts the server with the common flags and `extra` and waits until it listens (`listen`:
+  // else only starts it, e.g. for a flag it must refuse). `tag` names the log file.
+  void Start(const std::vector<std::string>& extra, const std::string& tag, bool listen = true) {
 #ifndef TINYSERVE_BINARY
     GTEST_SKIP() << "built without the tinyserve binary";
 #else
     binary_ = TINYSERVE_BINARY;
+    if (!log_path_.empty()) {  // a server started before in the same test
+      std::filesystem::remove(log_path_);
+      std::filesystem::remove(trace_path_);
+    }
+    port_ = 0;
     const std::string model = std::string(TINYSERVE_SHARED_DIR) + "/models/stories260K.bin";
     if (!std::filesystem::exists(binary_) || !std::filesystem::exists(model)) {
       GTEST_SKIP() << "needs " << binary_ << " and " << model;
     }
     const std::string dir = ::testing::TempDir();
-    const std::string stem =
-        dir + "/tinyserve_serve_" + std::to_string(getpid()) + "_" + std::to_string(GetParam());
+    const std::string stem = dir + "/tinyserve_serve_" + std::to_string(getpid()) + "_" + tag;
     log_path_ = stem + ".log";
     trace_path_ = stem + ".trace.json";
     std::filesystem::remove(log_path_);
     std::filesystem::remove(trace_path_);
+    std::vector<std::string> args = {binary_,
+                                     "serve",
+                                     "--model",
+                                     model,
+                                     "--host",
+                                     "127.0.0.1",
+                                     "--port",
+                                     "0",
+                                     "--served-model-name",
+                                     "tiny",
+                                     "--trace-file",
+                                     trace_path_,
+                                     "--threads",
+                                     "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
       const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 2);
       dup2(fd, 1);
-      execl(binary_.c_str(), binary_.c_str(), "serve", "--model", model.c_str(), "--host",
-            "127.0.0.1", "--port", "0", "--served-model-name", "tiny", "--trace-file",
-            trace_path_.c_str(), "--threads", "1", static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(binary_.c_str(), argv.data());
       _exit(127);
     }
+    if (!listen) return;
     // The server logs "on http://127.0.0.1:PORT" once it listens.
     const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 600 && port_ == 0; ++i) {
@@ -84,10 +114,10 @@ class ServeBinaryTest : public ::testing::TestWithParam<int> {
       std::filesystem::remove(trace_path_);
     }
   }
-  // Sends `sig` and returns the exit status (-1 if it did not exit normally within 10 s).
-  int StopWith(int sig) {
-    kill(pid_, sig);
-    for (int i = 0; i < 1000; ++i) {
+  // Waits up to `timeout_ms` for the server to exit. Returns its exit status (-1 if it did not
+  // exit normally in time).
+  int WaitForExit(int timeout_ms) {
+    for (int i = 0; i < timeout_ms / 10; ++i) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
@@ -97,10 +127,20 @@ class ServeBinaryTest : public ::testing::TestWithParam<int> {
     }
     return -1;
   }
+  // Sends `sig` and returns the exit status (-1 if it did not exit normally within 10 s).
+  int StopWith(int sig) {
+    kill(pid_, sig);
+    return WaitForExit(10'000);
+  }
 
   std::string binary_, log_path_, trace_path_;
   pid_t pid_ = -1;
   int port_ = 0;
+};
+
+class ServeBinaryTest : public ServeProcessTest, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override { Start({}, std::to_string(GetParam())); }
 };
 
 TEST_P(ServeBinaryTest, ServesHealthAndMetricsAndStopsCleanly) {
@@ -175,6 +215,84 @@ TEST_P(ServeBinaryTest, StreamsInFlightEndCleanlyOnSignal) {
     EXPECT_NE(bodies[i].find("\"finish_reason\":\"length\""), std::string::npos) << i;
   }
   EXPECT_EQ(StopWith(GetParam()), 0) << ReadFile(log_path_);
+}
+
+// Issue 16: a SIGTERM never completed while a client trickled the bytes of a request head (the
+// worker sat reading it, and the listen loop waited for the worker). Now the shutdown shuts the
+// connections' reading sides: a clean exit (0, not the watchdog's 3) within --shutdown-timeout
+// and the 2 s grace, with slack for a loaded machine.
+TEST_F(ServeProcessTest, SigtermCompletesWhileAClientTricklesARequestHead) {
+  Start({"--shutdown-timeout", "1"}, "trickle");
+  if (HasFatalFailure() || IsSkipped()) return;
+  httplib::Client client("127.0.0.1", port_);
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+
+  testing::RawClient trickler(port_);
+  std::atomic<bool> stop{false};
+  std::atomic<int> num_sent{0};
+  std::thread trickle([&] {
+    // 240 bytes at 5 a second: about 48 s, longer than anything the test waits for.
+    const std::string head =
+        "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + std::string(200, 'a') + "\r\n\r\n";
+    for (char c : head) {
+      if (stop.load() || !trickler.Send(std::string(1, c))) return;
+      num_sent.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // a worker is reading the head
+  kill(pid_, SIGTERM);
+  const int status = WaitForExit(1000 * (1 + 2 + 10));
+  const int sent_by_exit = num_sent.load();
+  stop.store(true);
+  trickle.join();
+  EXPECT_EQ(status, 0) << ReadFile(log_path_);
+  EXPECT_GE(sent_by_exit, 5);  // it was trickling when the signal came
+  EXPECT_LT(sent_by_exit, 200);
+  EXPECT_EQ(ReadFile(log_path_).find("the shutdown did not finish"), std::string::npos);
+}
+
+// A stream still running when --shutdown-timeout (0 here) is over is aborted (or has just
+// finished): it ends with [DONE], and the exit code is 0.
+TEST_F(ServeProcessTest, AStreamPastTheShutdownTimeoutEndsAndTheExitCodeIs0) {
+  Start({"--shutdown-timeout", "0"}, "abort");
+  if (HasFatalFailure() || IsSkipped()) return;
+  testing::RawClient stream(port_);
+  stream.Post("/v1/completions",
+              R"({"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true,)"
+              R"( "stream": true})");
+  ASSERT_TRUE(stream.ReadChunks(1)) << stream.received();
+  kill(pid_, SIGTERM);
+  ASSERT_TRUE(stream.ReadUntil("data: [DONE]")) << stream.received();
+  const std::string& got = stream.received();
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_TRUE(got.find("\"finish_reason\":\"abort\"") != std::string::npos ||
+              got.find("\"finish_reason\":\"length\"") != std::string::npos)
+      << got;
+  EXPECT_EQ(WaitForExit(1000 * (0 + 2 + 10)), 0) << ReadFile(log_path_);
+}
+
+// --overlap-grammar-masks auto|on|off (app/engine_flags.h): each serves; another value is a clear
+// error before anything loads.
+TEST_F(ServeProcessTest, OverlapGrammarMasksTakesAutoOnOrOff) {
+  Start({"--overlap-grammar-masks", "sometimes"}, "overlap_bad", /*listen=*/false);
+  if (HasFatalFailure() || IsSkipped()) return;
+  EXPECT_NE(WaitForExit(20'000), 0);
+  const std::string log = ReadFile(log_path_);
+  EXPECT_NE(log.find("--overlap-grammar-masks: sometimes not in {auto,on,off}"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("on http://"), std::string::npos) << log;
+  for (const char* value : {"auto", "on", "off"}) {
+    Start({"--overlap-grammar-masks", value}, std::string("overlap_") + value);
+    if (HasFatalFailure()) return;
+    httplib::Client client("127.0.0.1", port_);
+    auto health = client.Get("/health");
+    ASSERT_TRUE(health) << value;
+    EXPECT_EQ(health->status, 200) << value;
+    EXPECT_EQ(StopWith(SIGTERM), 0) << value << ": " << ReadFile(log_path_);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ServeBinaryTest, ::testing::Values(SIGTERM, SIGINT),
