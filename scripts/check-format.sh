@@ -13,8 +13,10 @@ if [ "${1:-}" = "--fix" ]; then
   clang-format -i "${existing[@]}"
   exit 0
 fi
-if ! clang-format --dry-run --Werror "${existing[@]}" 2>/tmp/tinyserve-format.log; then
-  head -40 /tmp/tinyserve-format.log
+log=$(mktemp)  # removed whatever the verdict: nothing is left in /tmp
+trap 'rm -f "$log"' EXIT
+if ! clang-format --dry-run --Werror "${existing[@]}" 2>"$log"; then
+  head -40 "$log"
   echo "format-check: files above are not clang-formatted; run 'make format'" >&2
   exit 1
 fi

@@ -3,7 +3,9 @@
 #include "metrics/trace_writer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -26,10 +28,19 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(ss.str());  // throws (fails the test) if invalid
 }
 
-std::string TracePath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+// A trace file in gtest's temporary folder, removed when the test ends (nothing left in /tmp).
+struct ScopedTracePath {
+  explicit ScopedTracePath(const std::string& name)
+      : path(::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name) {}
+  ~ScopedTracePath() { std::remove(path.c_str()); }
+  ScopedTracePath(const ScopedTracePath&) = delete;
+  ScopedTracePath& operator=(const ScopedTracePath&) = delete;
+  const std::string path;
+};
 
 TEST(TraceWriterTest, SpansAgreeWithHistogramSums) {
-  const std::string path = TracePath("tinyserve_trace_test.json");
+  const ScopedTracePath trace_file("tinyserve_trace_test.json");
+  const std::string& path = trace_file.path;
   FakeClock clock;
   FakeExecutor executor(/*num_blocks=*/6, /*block_size=*/2, /*vocab=*/32, /*max_model_len=*/256,
                         &clock, 1.0);
@@ -98,7 +109,8 @@ TEST(TraceWriterTest, SpansAgreeWithHistogramSums) {
 }
 
 TEST(TraceWriterTest, ValidJsonWithNoRequests) {
-  const std::string path = TracePath("tinyserve_trace_empty.json");
+  const ScopedTracePath trace_file("tinyserve_trace_empty.json");
+  const std::string& path = trace_file.path;
   {
     auto writer = TraceWriter::Open(path);
     ASSERT_TRUE(writer.ok());
@@ -114,7 +126,8 @@ TEST(TraceWriterTest, OpenFailsOnABadPath) {
 
 // Aborted while preempted: the preempted span ends at the finish.
 TEST(TraceWriterTest, PreemptedSpanEndsAtTheFinish) {
-  const std::string path = TracePath("tinyserve_trace_abort.json");
+  const ScopedTracePath trace_file("tinyserve_trace_abort.json");
+  const std::string& path = trace_file.path;
   auto writer = TraceWriter::Open(path);
   ASSERT_TRUE(writer.ok());
   SyntheticEngine engine(writer->get());
