@@ -157,7 +157,7 @@ class DashboardTest : public ::testing::Test {
     args.push_back("http://127.0.0.1:" + std::to_string(port_) + "/dashboard?interval_ms=250");
     const std::string out = dir_ + "/chromium-" + name + ".out";
     ChildProcess chromium(args, out);
-    for (const auto deadline = Clock::now() + seconds(120);
+    for (const auto deadline = Clock::now() + seconds(60);
          chromium.Running() && Clock::now() < deadline;) {
       std::this_thread::sleep_for(milliseconds(100));
     }
@@ -250,10 +250,18 @@ TEST_F(DashboardTest, DrawsEveryChartUnderPreemptionHeavyLoad) {
 
   std::filesystem::create_directories(artifacts_);
   const std::string png = (artifacts_ / "dashboard.png").string();
-  std::filesystem::remove(png);
-  const std::string log = RunChromium({"--screenshot=" + png}, "png");
+  // Chromium 156's headless screenshot sometimes never finishes under this load while holding no
+  // connection to the server (seen on a 2-core VM: the DOM pass above had worked); a second
+  // try with a fresh profile gets it. The server's side is what the DOM pass checked.
+  std::string log, image;
+  for (int attempt = 1; attempt <= 2 && image.size() <= 10000u; ++attempt) {
+    std::filesystem::remove(png);
+    log = RunChromium({"--screenshot=" + png}, "png" + std::to_string(attempt));
+    image = ReadFile(png);
+    if (image.size() <= 10000u)
+      std::printf("dashboard: screenshot attempt %d got no image\n", attempt);
+  }
   StopLoad();
-  const std::string image = ReadFile(png);
   ASSERT_GT(image.size(), 10000u) << log;
   EXPECT_EQ(image.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   std::printf(
