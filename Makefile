@@ -1,18 +1,23 @@
 # The two commands of the README: `make run` (build, then serve the default model) and
 # `make test` (build, then every test and the format check, then the sanitizer runs and every fuzz
-# target for FUZZ_SECONDS). Both install what they need first. Parts of `make test`:
+# target for TEST_FUZZ_SECONDS). Both install what they need first. Parts of `make test`:
 #   make test-fast   the normal build, ctest, the format check
 #   make sanitize    ASan+UBSan (all tests, -Wthread-safety) and TSan (engine, kernels, metrics)
 #                    in build-asan/ and build-tsan/ (scripts/sanitize.sh)
 #   make fuzz        each libFuzzer target for FUZZ_SECONDS (default 60), two at a time, in
 #                    build-fuzz/ (scripts/fuzz.sh; longer: make fuzz FUZZ_SECONDS=600); random
 #                    seeds, but `make test` fixes FUZZ_SEED=1 so that its verdict on a commit
-#                    does not change from run to run (long random runs find the rest)
+#                    does not change from run to run (long random runs find the rest), and runs
+#                    each target TEST_FUZZ_SECONDS (default 30)
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PORT ?= 8000
 FUZZ_SECONDS ?= 60
+# `make test`'s fuzzing time per target: with its fixed seed it re-runs the same inputs on every
+# commit (a regression check, beside ctest's replay of the corpora), so half a minute does it;
+# longer random runs are `make fuzz`.
+TEST_FUZZ_SECONDS ?= 30
 
 .PHONY: all setup configure build run test test-fast sanitize fuzz format-check format clean
 
@@ -35,7 +40,7 @@ run: build
 # One after the other (not as prerequisites, so that `make -j test` keeps this order).
 test: test-fast
 	@$(MAKE) --no-print-directory sanitize
-	@$(MAKE) --no-print-directory fuzz FUZZ_SEED=$(or $(FUZZ_SEED),1)
+	@$(MAKE) --no-print-directory fuzz FUZZ_SEED=$(or $(FUZZ_SEED),1) FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 
 test-fast: build format-check
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
