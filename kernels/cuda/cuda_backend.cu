@@ -4,6 +4,10 @@
 // with fp32 accumulation and fp32 outputs, or fp32 throughout (no TF32) for parity with the CPU;
 // or, with CudaBackendOptions::batch_invariant, the batch-invariant kernel (invariant_gemm.cu) on
 // fp32 activations, whose results do not depend on the number of rows.
+// Quantized (ggml block) weights are uploaded as the file stores them and read by quant_gemm.cu:
+// activations quantized to int8 and integer dot products for every m with --batch-invariant and
+// for decode-sized m (<= kQuantDotRows) otherwise, giving the CPU backend's bits; larger m without
+// --batch-invariant dequantize slices of the weights to bf16 for cuBLAS.
 // Scratch buffers (attention splits, bf16 activations) only grow; outgrown ones are kept until the
 // backend goes, so recorded CUDA graphs never point at freed memory.
 //
@@ -20,11 +24,13 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "kernels/cuda/ops.h"
 #include "kernels/device.h"
+#include "kernels/ggml_quant.h"
 
 namespace tinyserve {
 namespace {
@@ -103,6 +109,9 @@ class CudaBackend final : public Backend {
     }
     if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
     if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
+    for (void* p : {q8_0_scratch_, q8k_scratch_, dequant_scratch_}) {
+      if (p != nullptr) cudaFree(p);
+    }
     if (cublas_ != nullptr) blas_.destroy(cublas_);
     if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -149,6 +158,7 @@ class CudaBackend final : public Backend {
   }
   void Deallocate(void* ptr) override {
     if (ptr == nullptr) return;
+    quant_.erase(ptr);
     cudaStreamSynchronize(stream_);  // no queued op may still use it
     cudaFree(ptr);
   }
@@ -195,6 +205,32 @@ class CudaBackend final : public Backend {
     return {dst, DType::kBFloat16};
   }
 
+  // The blocks of every part, copied unchanged into one device buffer (parts in order).
+  WeightRef UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols) override {
+    if (num_parts < 1 || num_parts > QuantDesc::kMaxParts) return {};
+    QuantDesc desc;
+    desc.cols = cols;
+    desc.num_parts = num_parts;
+    size_t bytes = 0;
+    for (int32_t p = 0; p < num_parts; ++p) {
+      if (cols % QuantBlockElements(parts[p].type) != 0) return {};
+      bytes += QuantRowBytes(parts[p].type, cols) * static_cast<size_t>(parts[p].rows);
+    }
+    auto* dst = static_cast<uint8_t*>(Allocate(std::max<size_t>(bytes, 1)));
+    if (dst == nullptr) return {};
+    size_t off = 0;
+    for (int32_t p = 0; p < num_parts; ++p) {
+      const size_t part_bytes =
+          QuantRowBytes(parts[p].type, cols) * static_cast<size_t>(parts[p].rows);
+      CopyToDevice(dst + off, parts[p].blocks, part_bytes);
+      desc.parts[p] = {parts[p].type, dst + off, parts[p].rows};
+      desc.rows += parts[p].rows;
+      off += part_bytes;
+    }
+    quant_[dst] = desc;
+    return {dst, dtype_, WeightLayout::kGgmlBlocks, desc.rows, cols};
+  }
+
   void Gemm(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y) override {
     if (m <= 0 || n <= 0) return;
     if (batch_invariant_) {
@@ -209,6 +245,10 @@ class CudaBackend final : public Backend {
   }
 
   void Linear(const float* x, WeightRef w, int32_t m, int32_t n, int32_t k, float* y) override {
+    if (w.layout == WeightLayout::kGgmlBlocks) {
+      QuantLinear(x, w, m, y);
+      return;
+    }
     if (w.dtype == DType::kFloat32) {
       Gemm(x, static_cast<const float*>(w.data), m, n, k, y);
       return;
@@ -239,6 +279,20 @@ class CudaBackend final : public Backend {
   }
   void EmbeddingLookup(WeightRef table, const int32_t* ids, int32_t n, int32_t dim,
                        float* out) override {
+    if (table.layout == WeightLayout::kGgmlBlocks) {
+      const QuantDesc* q = FindQuant(table);
+      if (q == nullptr) return;
+      // The ids are on the device, so a row's part is not known here: one part only (a GGUF
+      // token embedding is one tensor).
+      if (q->num_parts != 1) {
+        SetError(InvalidArgument("a quantized embedding table of more than one part"));
+        return;
+      }
+      Check(cuda::LaunchDequantizeRows(static_cast<int>(q->parts[0].type), q->parts[0].blocks, ids,
+                                       n, dim, /*bf16=*/false, out, stream_),
+            "Dequantize");
+      return;
+    }
     Check(cuda::LaunchEmbedding(table.data, table.dtype == DType::kBFloat16, ids, n, dim, out,
                                 stream_),
           "Embedding");
@@ -565,6 +619,114 @@ class CudaBackend final : public Backend {
 
   // A scratch buffer of at least `bytes`, grown by doubling; the outgrown one is retired (kept
   // until the backend goes). Growing while a graph is being recorded is an error.
+  // A quantized matrix: its parts' types, device blocks and rows (UploadQuantMatrix).
+  struct QuantDesc {
+    static constexpr int kMaxParts = 4;
+    struct Part {
+      QuantType type = QuantType::kQ8_0;
+      const uint8_t* blocks = nullptr;
+      int32_t rows = 0;
+    };
+    int32_t rows = 0, cols = 0, num_parts = 0;
+    Part parts[kMaxParts];
+  };
+  // Up to this many rows, the quantized Linear runs integer dot products even without
+  // --batch-invariant (decode); above it, dequantized bf16 slices and cuBLAS (prefill).
+  static constexpr int32_t kQuantDotRows = 8;
+  // The bf16 slice of a quantized matrix that one cuBLAS call reads, at most (values).
+  static constexpr size_t kDequantSliceValues = size_t{16} << 20;
+
+  const QuantDesc* FindQuant(const WeightRef& w) {
+    const auto it = quant_.find(const_cast<void*>(w.data));
+    if (it == quant_.end()) {
+      SetError(InvalidArgument("Linear on ggml blocks this backend did not upload"));
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  // x [m, k] quantized as Q8_K (`k_quant`) or Q8_0 into its scratch buffer; false on failure.
+  bool QuantizeRows(bool k_quant, const float* x, int32_t m, int32_t k, cuda::Q8Activations* a) {
+    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+    const size_t rows = static_cast<size_t>(m);
+    const size_t nb = static_cast<size_t>(k) / (k_quant ? 256 : 32);
+    const size_t nsums = static_cast<size_t>(k) / (k_quant ? 16 : 32);
+    const size_t qs = up(rows * k), d = up(rows * nb * 4), sums = up(rows * nsums * 2);
+    void** buf = k_quant ? &q8k_scratch_ : &q8_0_scratch_;
+    size_t* cap = k_quant ? &q8k_scratch_bytes_ : &q8_0_scratch_bytes_;
+    auto* base = static_cast<uint8_t*>(Scratch(buf, cap, qs + 2 * d + sums));
+    if (base == nullptr) return false;
+    a->qs = reinterpret_cast<int8_t*>(base);
+    a->d = reinterpret_cast<float*>(base + qs);
+    a->s = reinterpret_cast<float*>(base + qs + d);
+    a->sums = reinterpret_cast<int16_t*>(base + qs + 2 * d);
+    Check(cuda::LaunchQuantizeActivations(k_quant, x, m, k, *a, stream_), "QuantizeActivations");
+    return true;
+  }
+
+  // y [m, w.rows] = x [m, w.cols] * w^T on a quantized matrix, part by part.
+  void QuantLinear(const float* x, const WeightRef& w, int32_t m, float* y) {
+    const QuantDesc* q = FindQuant(w);
+    if (q == nullptr || m <= 0) return;
+    const int32_t k = q->cols, n = q->rows;
+    if (!batch_invariant_ && m > kQuantDotRows) {
+      QuantLinearDequantized(x, *q, m, y);
+      return;
+    }
+    cuda::Q8Activations legacy, kquant;
+    bool have_legacy = false, have_kquant = false;
+    int32_t row0 = 0;
+    for (int32_t p = 0; p < q->num_parts; ++p) {
+      const QuantDesc::Part& part = q->parts[p];
+      const bool kq = IsKQuant(part.type);
+      bool& have = kq ? have_kquant : have_legacy;
+      cuda::Q8Activations& a = kq ? kquant : legacy;
+      if (!have) {
+        if (!QuantizeRows(kq, x, m, k, &a)) return;
+        have = true;
+      }
+      Check(cuda::LaunchQuantDot(static_cast<int>(part.type), part.blocks, a, m, part.rows, k,
+                                 y + row0, n, stream_),
+            "QuantDot");
+      row0 += part.rows;
+    }
+  }
+
+  // The prefill path without --batch-invariant: bf16 x against bf16 slices of the dequantized
+  // weights (DequantizeRow rounded to bf16), fp32 accumulation in cuBLAS.
+  void QuantLinearDequantized(const float* x, const QuantDesc& q, int32_t m, float* y) {
+    const int32_t k = q.cols, n = q.rows;
+    const size_t count = static_cast<size_t>(m) * k;
+    auto* xb = static_cast<__nv_bfloat16*>(
+        Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
+    if (xb == nullptr) return;
+    Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
+    const int32_t slice_rows =
+        static_cast<int32_t>(std::max<size_t>(1, kDequantSliceValues / static_cast<size_t>(k)));
+    auto* wb = static_cast<__nv_bfloat16*>(
+        Scratch(&dequant_scratch_, &dequant_scratch_bytes_,
+                static_cast<size_t>(std::min(slice_rows, n)) * k * sizeof(__nv_bfloat16)));
+    if (wb == nullptr) return;
+    int32_t row0 = 0;
+    for (int32_t p = 0; p < q.num_parts; ++p) {
+      const QuantDesc::Part& part = q.parts[p];
+      const size_t row_bytes = QuantRowBytes(part.type, k);
+      for (int32_t r0 = 0; r0 < part.rows; r0 += slice_rows) {
+        const int32_t nr = std::min(slice_rows, part.rows - r0);
+        Check(cuda::LaunchDequantizeRows(static_cast<int>(part.type), part.blocks + row_bytes * r0,
+                                         nullptr, nr, k, /*bf16=*/true, wb, stream_),
+              "Dequantize");
+        // y[:, row0 + r0 .. + nr) (column-major y^T, leading dimension n) = slice * x^T.
+        const float alpha = 1.0f, beta = 0.0f;
+        CheckBlas(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, nr, m, k, &alpha, wb,
+                                CUDA_R_16BF, k, xb, CUDA_R_16BF, k, &beta, y + row0 + r0,
+                                CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmEx");
+      }
+      row0 += part.rows;
+    }
+  }
+
   void* Scratch(void** buf, size_t* cap, size_t bytes) {
     if (bytes <= *cap) return *buf;
     if (capturing_) {
@@ -676,6 +838,15 @@ class CudaBackend final : public Backend {
   size_t attn_scratch_bytes_ = 0;
   void* bf16_scratch_ = nullptr;
   size_t bf16_scratch_bytes_ = 0;
+  // Quantized weights: the matrices UploadQuantMatrix made (by device buffer), the activations
+  // quantized for them (Q8_0, Q8_K) and the bf16 slices of the prefill path.
+  std::unordered_map<void*, QuantDesc> quant_;
+  void* q8_0_scratch_ = nullptr;
+  size_t q8_0_scratch_bytes_ = 0;
+  void* q8k_scratch_ = nullptr;
+  size_t q8k_scratch_bytes_ = 0;
+  void* dequant_scratch_ = nullptr;
+  size_t dequant_scratch_bytes_ = 0;
   // Sampling: device buffers (grown by Scratch) and their host mirrors.
   void* d_sample_rows_ = nullptr;
   size_t d_sample_rows_bytes_ = 0;

@@ -158,4 +158,29 @@ cudaError_t LaunchPenaltySet(int32_t* in_prompt, int32_t* output_counts, int32_t
 cudaError_t LaunchPenaltyAdd(int32_t* output_counts, int32_t vocab, const int32_t* slots,
                              const int32_t* tokens, int32_t n, cudaStream_t stream);
 
+// ---- ggml-quantized weights (quant_gemm.cu; the CPU twin is kernels/cpu/quant_gemm.h) ---------
+// `type` is a ggml type id of kernels/ggml_quant.h's QuantType (Q4_0 ... Q6_K).
+//
+// Rows of activations quantized for the dot products, as QuantizeActivations lays one row out,
+// m rows stacked: Q8_0 blocks (legacy types; nb = k / 32, sums per 32) or Q8_K (K-quants; nb =
+// k / 256, sums per 16).
+struct Q8Activations {
+  int8_t* qs = nullptr;     // [m, k]
+  float* d = nullptr;       // [m, nb]
+  float* s = nullptr;       // [m, nb] (Q8_0 only: q8_1's f16 d * sum(q))
+  int16_t* sums = nullptr;  // [m, k / 32] (Q8_0) or [m, k / 16] (Q8_K)
+};
+// out = x [m, k] quantized as Q8_K (`k_quant`) or Q8_0. REQUIRES: k % 256 (Q8_K) or 32 == 0.
+cudaError_t LaunchQuantizeActivations(bool k_quant, const float* x, int32_t m, int32_t k,
+                                      Q8Activations out, cudaStream_t stream);
+// y[i * ldy + j] = DotRowReference(type, row j of w, row i of x) for i < m, j < n: w [n rows of k
+// weights] as ggml blocks, x quantized for `type` (Q8_K for the K-quants). The CPU backend's bits,
+// the same for a row whatever m.
+cudaError_t LaunchQuantDot(int type, const void* w, const Q8Activations& x, int32_t m, int32_t n,
+                           int32_t k, float* y, int32_t ldy, cudaStream_t stream);
+// out[r, :] = DequantizeRow of row rows[r] of w (rows == nullptr: row r) for r < num_rows, as
+// fp32 or (`bf16`) rounded to bf16.  out [num_rows, cols].
+cudaError_t LaunchDequantizeRows(int type, const void* w, const int32_t* rows, int32_t num_rows,
+                                 int32_t cols, bool bf16, void* out, cudaStream_t stream);
+
 }  // namespace tinyserve::cuda

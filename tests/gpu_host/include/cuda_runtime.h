@@ -112,6 +112,14 @@ inline float __uint_as_float(unsigned u) {
 }
 inline int __float_as_int(float f) { return static_cast<int>(__float_as_uint(f)); }
 inline float __int_as_float(int i) { return __uint_as_float(static_cast<unsigned>(i)); }
+// Four signed byte products of a and b summed into c (sm_61's dp4a), exactly.
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i) {
+    c += static_cast<int>(static_cast<int8_t>(static_cast<unsigned>(a) >> (8 * i))) *
+         static_cast<int>(static_cast<int8_t>(static_cast<unsigned>(b) >> (8 * i)));
+  }
+  return c;
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(unsigned x) { return x == 0 ? 32 : __builtin_clz(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs(static_cast<int>(x)); }
