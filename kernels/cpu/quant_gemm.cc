@@ -72,6 +72,34 @@ __attribute__((target("avx2"))) void DotsQ4_KAvx2(const uint8_t* w, const int8_t
   }
 }
 
+// Q5_K: Q4_K's nibbles plus the fifth bit of element l of sub-block 2g (2g + 1), bit 2g (2g + 1)
+// of qh[l]; levels 0..31 (unsigned, as maddubs wants them).
+__attribute__((target("avx2"))) void DotsQ5_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
+                                                  int32_t* dots) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < k / 256; ++b, w += 176) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+    const uint8_t* qs = w + 48;
+    for (int g = 0; g < 4; ++g, xq += 64) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
+      // Bit s of every byte of qh, moved to bit 4 (the 16-bit shifts leave bit 0 of each byte
+      // the byte's own bit s, and 0/1 << 4 stays inside its byte).
+      const __m256i h_lo =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4);
+      const __m256i h_hi =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h_lo);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h_hi);
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+      *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones));
+      *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), ones));
+    }
+  }
+}
+
 __attribute__((target("avx2"))) void DotsQ6_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
                                                   int32_t* dots) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -320,6 +348,8 @@ void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, in
         return DotsQ4_0Avx2(w, xq, k, dots);
       case QuantType::kQ4_K:
         return DotsQ4_KAvx2(w, xq, k, dots);
+      case QuantType::kQ5_K:
+        return DotsQ5_KAvx2(w, xq, k, dots);
       case QuantType::kQ6_K:
         return DotsQ6_KAvx2(w, xq, k, dots);
       default:

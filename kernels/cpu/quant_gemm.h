@@ -45,7 +45,7 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
 void QuantEmbedding(const QuantMatrix& w, const int32_t* ids, int32_t n, float* out);
 
 // The integer half of the dot product on this CPU's best instruction set (AVX2 for Q8_0, Q4_0,
-// Q4_K and Q6_K; the scalar reference otherwise): the same numbers as SubBlockDotsReference.
+// Q4_K, Q5_K and Q6_K; the scalar reference otherwise): the same numbers as SubBlockDotsReference.
 void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots);
 
 // What QuantLinear's fused Q8_0/Q4_K kernels run: "avx512vnni" (AVX512VL + AVX512_VNNI on 256-bit
