@@ -54,44 +54,32 @@ __attribute__((target("avx2"))) void DotsQ4_0Avx2(const uint8_t* w, const int8_t
   }
 }
 
-__attribute__((target("avx2"))) void DotsQ4_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
-                                                  int32_t* dots) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < k / 256; ++b, w += 144) {
-    const uint8_t* qs = w + 16;
-    for (int g = 0; g < 4; ++g, xq += 64) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
-      const __m256i lo = _mm256_and_si256(q, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
-      *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones));
-      *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), ones));
-    }
-  }
-}
-
-// Q5_K: Q4_K's nibbles plus the fifth bit of element l of sub-block 2g (2g + 1), bit 2g (2g + 1)
-// of qh[l]; levels 0..31 (unsigned, as maddubs wants them).
-__attribute__((target("avx2"))) void DotsQ5_KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
-                                                  int32_t* dots) {
+// Q4_K (kFive false) and Q5_K: sub-block 2g is the low nibbles of qs[32 g ..], 2g + 1 the high
+// ones; Q5_K adds the fifth bit of element l of sub-block 2g (2g + 1), bit 2g (2g + 1) of qh[l].
+// Levels 0..15 or 0..31 (unsigned, as maddubs wants them).
+template <bool kFive>
+__attribute__((target("avx2"))) void DotsQ4_5KAvx2(const uint8_t* w, const int8_t* xq, int64_t k,
+                                                   int32_t* dots) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i one = _mm256_set1_epi8(1);
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < k / 256; ++b, w += 176) {
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
-    const uint8_t* qs = w + 48;
+  constexpr int kBytes = kFive ? 176 : 144;
+  for (int64_t b = 0; b < k / 256; ++b, w += kBytes) {
+    const uint8_t* qs = w + (kFive ? 48 : 16);
+    const __m256i qh = kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))
+                             : _mm256_setzero_si256();
     for (int g = 0; g < 4; ++g, xq += 64) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * g));
-      // Bit s of every byte of qh, moved to bit 4 (the 16-bit shifts leave bit 0 of each byte
-      // the byte's own bit s, and 0/1 << 4 stays inside its byte).
-      const __m256i h_lo =
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4);
-      const __m256i h_hi =
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h_lo);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h_hi);
+      __m256i lo = _mm256_and_si256(q, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (kFive) {
+        // Bit s of every byte of qh, moved to bit 4 (the 16-bit shifts leave bit 0 of each byte
+        // the byte's own bit s, and 0/1 << 4 stays inside its byte).
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+      }
       const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
       const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
       *dots++ = Hsum256(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones));
@@ -347,9 +335,9 @@ void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, in
       case QuantType::kQ4_0:
         return DotsQ4_0Avx2(w, xq, k, dots);
       case QuantType::kQ4_K:
-        return DotsQ4_KAvx2(w, xq, k, dots);
+        return DotsQ4_5KAvx2<false>(w, xq, k, dots);
       case QuantType::kQ5_K:
-        return DotsQ5_KAvx2(w, xq, k, dots);
+        return DotsQ4_5KAvx2<true>(w, xq, k, dots);
       case QuantType::kQ6_K:
         return DotsQ6_KAvx2(w, xq, k, dots);
       default:

@@ -639,7 +639,7 @@ class CudaBackend final : public Backend {
   const QuantDesc* FindQuant(const WeightRef& w) {
     const auto it = quant_.find(const_cast<void*>(w.data));
     if (it == quant_.end()) {
-      SetError(InvalidArgument("Linear on ggml blocks this backend did not upload"));
+      SetError(InvalidArgument("ggml blocks this backend did not upload (UploadQuantMatrix)"));
       return nullptr;
     }
     return &it->second;

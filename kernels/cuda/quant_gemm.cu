@@ -23,6 +23,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -33,40 +35,44 @@ namespace {
 constexpr int kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
               kQ6_K = 14;
 
+// A block of type T: kElems weights in kBytes bytes (kernels/ggml_quant.h's layouts).
 template <int T>
-struct Format;
-template <>
-struct Format<kQ4_0> {
-  static constexpr int kElems = 32, kBytes = 18;
+struct Format {
+  static constexpr int kElems = T == kQ4_K || T == kQ5_K || T == kQ6_K ? 256 : 32;
+  static constexpr int kBytes = T == kQ4_0   ? 18
+                                : T == kQ4_1 ? 20
+                                : T == kQ5_0 ? 22
+                                : T == kQ5_1 ? 24
+                                : T == kQ8_0 ? 34
+                                : T == kQ4_K ? 144
+                                : T == kQ5_K ? 176
+                                             : 210;
 };
-template <>
-struct Format<kQ4_1> {
-  static constexpr int kElems = 32, kBytes = 20;
-};
-template <>
-struct Format<kQ5_0> {
-  static constexpr int kElems = 32, kBytes = 22;
-};
-template <>
-struct Format<kQ5_1> {
-  static constexpr int kElems = 32, kBytes = 24;
-};
-template <>
-struct Format<kQ8_0> {
-  static constexpr int kElems = 32, kBytes = 34;
-};
-template <>
-struct Format<kQ4_K> {
-  static constexpr int kElems = 256, kBytes = 144;
-};
-template <>
-struct Format<kQ5_K> {
-  static constexpr int kElems = 256, kBytes = 176;
-};
-template <>
-struct Format<kQ6_K> {
-  static constexpr int kElems = 256, kBytes = 210;
-};
+
+// f(std::integral_constant<int, T>{}) for the block type T == type, or cudaErrorInvalidValue.
+template <typename F>
+cudaError_t ForType(int type, F&& f) {
+  switch (type) {
+    case kQ4_0:
+      return f(std::integral_constant<int, kQ4_0>{});
+    case kQ4_1:
+      return f(std::integral_constant<int, kQ4_1>{});
+    case kQ5_0:
+      return f(std::integral_constant<int, kQ5_0>{});
+    case kQ5_1:
+      return f(std::integral_constant<int, kQ5_1>{});
+    case kQ8_0:
+      return f(std::integral_constant<int, kQ8_0>{});
+    case kQ4_K:
+      return f(std::integral_constant<int, kQ4_K>{});
+    case kQ5_K:
+      return f(std::integral_constant<int, kQ5_K>{});
+    case kQ6_K:
+      return f(std::integral_constant<int, kQ6_K>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 // f16 bits -> float, exactly (HalfToFloat).
 __device__ __forceinline__ float HalfBits(uint32_t h) {
@@ -389,30 +395,6 @@ __global__ void __launch_bounds__(256)
   Store(out + static_cast<int64_t>(blockIdx.y) * cols + c, v);
 }
 
-// Bytes of a row of `cols` weights of ggml type `type` (0 for an unknown type).
-int64_t QuantRowBytesOf(int type, int32_t cols) {
-  switch (type) {
-    case kQ4_0:
-      return int64_t{cols} / 32 * Format<kQ4_0>::kBytes;
-    case kQ4_1:
-      return int64_t{cols} / 32 * Format<kQ4_1>::kBytes;
-    case kQ5_0:
-      return int64_t{cols} / 32 * Format<kQ5_0>::kBytes;
-    case kQ5_1:
-      return int64_t{cols} / 32 * Format<kQ5_1>::kBytes;
-    case kQ8_0:
-      return int64_t{cols} / 32 * Format<kQ8_0>::kBytes;
-    case kQ4_K:
-      return int64_t{cols} / 256 * Format<kQ4_K>::kBytes;
-    case kQ5_K:
-      return int64_t{cols} / 256 * Format<kQ5_K>::kBytes;
-    case kQ6_K:
-      return int64_t{cols} / 256 * Format<kQ6_K>::kBytes;
-    default:
-      return 0;
-  }
-}
-
 template <int T, int kM>
 cudaError_t LaunchDotShape(const uint8_t* w, const Q8Activations& x, int32_t m, int32_t n,
                            int32_t k, float* y, int32_t ldy, cudaStream_t stream) {
@@ -431,38 +413,20 @@ cudaError_t LaunchDot(const uint8_t* w, const Q8Activations& x, int32_t m, int32
                             : LaunchDotShape<T, kGroupsPerWarp>(w, x, m, n, k, y, ldy, stream);
 }
 
-template <typename Out>
-cudaError_t LaunchDequantizeAs(int type, const void* w, const int32_t* rows, int32_t num_rows,
-                               int32_t cols, Out* out, cudaStream_t stream) {
+template <int T, typename Out>
+cudaError_t LaunchDequantize(const uint8_t* w, const int32_t* rows, int32_t num_rows, int32_t cols,
+                             Out* out, cudaStream_t stream) {
   if (num_rows <= 0 || cols <= 0) return cudaSuccess;
-  const auto* b = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = static_cast<int64_t>(cols / Format<T>::kElems) * Format<T>::kBytes;
   // At most 65535 rows (grid.y) a launch.
   for (int32_t r0 = 0; r0 < num_rows; r0 += 65535) {
     const int32_t nr = min(65535, num_rows - r0);
     const dim3 grid((cols + 255) / 256, nr);
     const int32_t* chunk_rows = rows != nullptr ? rows + r0 : nullptr;
-    const uint8_t* chunk_w =
-        rows != nullptr ? b : b + static_cast<int64_t>(r0) * QuantRowBytesOf(type, cols);
+    const uint8_t* chunk_w = rows != nullptr ? w : w + r0 * row_bytes;
     Out* chunk_out = out + static_cast<int64_t>(r0) * cols;
-#define TS_DEQUANT_CASE(T)                                                         \
-  case T: {                                                                        \
-    [[maybe_unused]] constexpr auto kernel = &DequantizeKernel<T, Out>;            \
-    TS_LAUNCH(kernel, grid, 256, 0, stream, chunk_w, chunk_rows, cols, chunk_out); \
-    break;                                                                         \
-  }
-    switch (type) {
-      TS_DEQUANT_CASE(kQ4_0)
-      TS_DEQUANT_CASE(kQ4_1)
-      TS_DEQUANT_CASE(kQ5_0)
-      TS_DEQUANT_CASE(kQ5_1)
-      TS_DEQUANT_CASE(kQ8_0)
-      TS_DEQUANT_CASE(kQ4_K)
-      TS_DEQUANT_CASE(kQ5_K)
-      TS_DEQUANT_CASE(kQ6_K)
-      default:
-        return cudaErrorInvalidValue;
-    }
-#undef TS_DEQUANT_CASE
+    [[maybe_unused]] constexpr auto kernel = &DequantizeKernel<T, Out>;
+    TS_LAUNCH(kernel, grid, 256, 0, stream, chunk_w, chunk_rows, cols, chunk_out);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -489,35 +453,21 @@ cudaError_t LaunchQuantDot(int type, const void* w, const Q8Activations& x, int3
                            int32_t k, float* y, int32_t ldy, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
   const auto* b = static_cast<const uint8_t*>(w);
-  switch (type) {
-    case kQ4_0:
-      return LaunchDot<kQ4_0>(b, x, m, n, k, y, ldy, stream);
-    case kQ4_1:
-      return LaunchDot<kQ4_1>(b, x, m, n, k, y, ldy, stream);
-    case kQ5_0:
-      return LaunchDot<kQ5_0>(b, x, m, n, k, y, ldy, stream);
-    case kQ5_1:
-      return LaunchDot<kQ5_1>(b, x, m, n, k, y, ldy, stream);
-    case kQ8_0:
-      return LaunchDot<kQ8_0>(b, x, m, n, k, y, ldy, stream);
-    case kQ4_K:
-      return LaunchDot<kQ4_K>(b, x, m, n, k, y, ldy, stream);
-    case kQ5_K:
-      return LaunchDot<kQ5_K>(b, x, m, n, k, y, ldy, stream);
-    case kQ6_K:
-      return LaunchDot<kQ6_K>(b, x, m, n, k, y, ldy, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return ForType(
+      type, [&](auto t) { return LaunchDot<decltype(t)::value>(b, x, m, n, k, y, ldy, stream); });
 }
 
 cudaError_t LaunchDequantizeRows(int type, const void* w, const int32_t* rows, int32_t num_rows,
                                  int32_t cols, bool bf16, void* out, cudaStream_t stream) {
-  if (bf16) {
-    return LaunchDequantizeAs(type, w, rows, num_rows, cols, static_cast<__nv_bfloat16*>(out),
-                              stream);
-  }
-  return LaunchDequantizeAs(type, w, rows, num_rows, cols, static_cast<float*>(out), stream);
+  const auto* b = static_cast<const uint8_t*>(w);
+  return ForType(type, [&](auto t) {
+    if (bf16) {
+      return LaunchDequantize<decltype(t)::value>(b, rows, num_rows, cols,
+                                                  static_cast<__nv_bfloat16*>(out), stream);
+    }
+    return LaunchDequantize<decltype(t)::value>(b, rows, num_rows, cols, static_cast<float*>(out),
+                                                stream);
+  });
 }
 
 }  // namespace tinyserve::cuda

@@ -225,19 +225,7 @@ TEST_F(CudaQuantTest, QuantizedEmbeddingRowsAreTheCpuRows) {
 // A random Q4_K_M model: dim and hidden multiples of 256, GQA 4:2, tied embeddings (so the
 // classifier is the quantized embedding table), 2 layers, greedy.
 TEST_F(CudaQuantTest, AQ4KMModelGeneratesAsOnTheCpu) {
-  ModelConfig c;
-  c.dim = 256;
-  c.hidden_dim = 512;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 512;
-  c.max_seq_len = 64;
-  c.rope_style = RopeStyle::kInterleaved;
-  c.shared_classifier = true;
-  c.bos_token_id = 1;
-  c.stop_token_ids = {2};
+  const ModelConfig c = testing_util::QuantBlockConfig(/*tied=*/true, /*num_layers=*/2);
   auto vocab = Llama2cVocabForGguf(std::string(TINYSERVE_SHARED_DIR) + "/models/tok512.bin", 512);
   ASSERT_TRUE(vocab.ok()) << vocab.status().ToString();
   testing_util::ScratchDir dir("cuda_quant");

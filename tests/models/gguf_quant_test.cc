@@ -22,25 +22,6 @@ using testing_util::ScratchDir;
 
 const std::string kModels = std::string(TINYSERVE_SHARED_DIR) + "/models";
 
-// dim and hidden are multiples of 256 (the K-quant super-block); 8 layers, so that Q4_K_M's
-// use_more_bits picks layers 0, 3, 6 and 7; GQA 4:2; llama2.c's interleaved rope rows.
-ModelConfig QuantConfig(bool tied) {
-  ModelConfig c;
-  c.dim = 256;
-  c.hidden_dim = 512;
-  c.num_layers = 8;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 512;
-  c.max_seq_len = 64;
-  c.rope_style = RopeStyle::kInterleaved;
-  c.shared_classifier = tied;
-  c.bos_token_id = 1;
-  c.stop_token_ids = {2};
-  return c;
-}
-
 class GgufQuantTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -50,7 +31,7 @@ class GgufQuantTest : public ::testing::Test {
   }
   std::shared_ptr<const LlamaWeights> Write(bool tied, GgufWeightType type,
                                             const std::string& name) {
-    auto w = testing_util::RandomWeights(QuantConfig(tied), 17);
+    auto w = testing_util::RandomWeights(testing_util::QuantBlockConfig(tied), 17);
     const Status s = WriteGgufModel(*w, vocab_, type, dir_ / name);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return w;

@@ -95,6 +95,26 @@ inline ModelConfig TinyConfig() {
   return c;
 }
 
+// A config for quantized GGUF files: dim and hidden multiples of 256 (the K-quant super-block),
+// GQA 4:2, head_dim 64, vocab 512 (../shared/models/tok512.bin), llama2.c's interleaved rope rows;
+// 8 layers by default, so that Q4_K_M's use_more_bits picks layers 0, 3, 6 and 7.
+inline ModelConfig QuantBlockConfig(bool tied, int32_t num_layers = 8) {
+  ModelConfig c;
+  c.dim = 256;
+  c.hidden_dim = 512;
+  c.num_layers = num_layers;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 512;
+  c.max_seq_len = 64;
+  c.rope_style = RopeStyle::kInterleaved;
+  c.shared_classifier = tied;
+  c.bos_token_id = 1;
+  c.stop_token_ids = {2};
+  return c;
+}
+
 // Runs every golden case of ../shared/golden/stories260K_greedy.json in one batch on `weights`
 // (stopping on BOS, as run.c) and expects run.c's output ids exactly.
 inline void ExpectGoldenGreedy(std::shared_ptr<const LlamaWeights> weights) {
