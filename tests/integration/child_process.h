@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tinyserve::testing_util {
@@ -62,17 +63,20 @@ inline int FreeLoopbackPort() {
   return port;
 }
 
-// A child process with stdout and stderr going to `log_path`; killed (SIGKILL) if the test process
-// dies, and stopped (SIGTERM, then SIGKILL after 10 s) and reaped when this object goes away.
+// A child process with stdout and stderr going to `log_path` and `env` added to its environment;
+// killed (SIGKILL) if the test process dies, and stopped (SIGTERM, then SIGKILL after 10 s) and
+// reaped when this object goes away.
 class ChildProcess {
  public:
-  ChildProcess(const std::vector<std::string>& args, const std::string& log_path) {
+  ChildProcess(const std::vector<std::string>& args, const std::string& log_path,
+               const std::vector<std::pair<std::string, std::string>>& env = {}) {
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
       const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         dup2(fd, 1);

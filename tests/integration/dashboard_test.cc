@@ -159,7 +159,9 @@ class DashboardTest : public ::testing::Test {
     args.insert(args.end(), mode.begin(), mode.end());
     args.push_back("http://127.0.0.1:" + std::to_string(port_) + "/dashboard?interval_ms=250");
     const std::string out = dir_ + "/chromium-" + name + ".out";
-    ChildProcess chromium(args, out);
+    // TMPDIR: Chromium's singleton directories (org.chromium.Chromium.*) go to the test's own
+    // directory, removed with it, instead of staying behind in /tmp.
+    ChildProcess chromium(args, out, {{"TMPDIR", dir_}});
     for (const auto deadline = Clock::now() + seconds(60);
          chromium.Running() && Clock::now() < deadline;) {
       std::this_thread::sleep_for(milliseconds(100));
