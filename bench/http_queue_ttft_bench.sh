@@ -5,6 +5,8 @@
 # prints each run's client and server TTFT/E2EL means from bench serve's result block.
 #   bench/http_queue_ttft_bench.sh BINARY_A [BINARY_B] [streams] [rounds]
 # e.g. bench/http_queue_ttft_bench.sh /work/main/build/bin/tinyserve build/bin/tinyserve 2000 2
+# SERVE_ARGS adds flags to both servers (e.g. SERVE_ARGS='--max-connections 4096' for 3,000
+# streams, over the default limit of 2048).
 set -euo pipefail
 a=${1:?usage: $0 BINARY_A [BINARY_B] [streams] [rounds]}
 b=${2:-}
@@ -20,7 +22,7 @@ run() {  # binary label
   port=$((20000 + RANDOM % 20000))
   log=$(mktemp)
   "$bin" serve --model "$model" --tokenizer "$tokenizer" --port "$port" --threads 1 \
-    --max-num-seqs 256 >"$log" 2>&1 &
+    --max-num-seqs 256 ${SERVE_ARGS:-} >"$log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 200); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
