@@ -2,8 +2,8 @@
 # `make test` (build, then every test and the format check, then the sanitizer runs and every fuzz
 # target for TEST_FUZZ_SECONDS). Both install what they need first. Parts of `make test`:
 #   make test-fast   the normal build, ctest, the format check
-#   make sanitize    ASan+UBSan (all tests, -Wthread-safety) and TSan (engine, kernels, metrics)
-#                    in build-asan/ and build-tsan/ (scripts/sanitize.sh)
+#   make sanitize    ASan+UBSan (all tests, -Wthread-safety) and TSan (engine, kernels, metrics,
+#                    server) in build-asan/ and build-tsan/ (scripts/sanitize.sh)
 #   make fuzz        each libFuzzer target for FUZZ_SECONDS (default 60), two at a time, in
 #                    build-fuzz/ (scripts/fuzz.sh; longer: make fuzz FUZZ_SECONDS=600); random
 #                    seeds, but `make test` fixes FUZZ_SEED=1 so that its verdict on a commit
