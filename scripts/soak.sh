@@ -6,7 +6,12 @@
 #   scripts/soak.sh [DURATION]        default 600 s; run from the repository root
 #   env: TINYSERVE_BIN (build/bin/tinyserve), SOAK_LOAD (build/bin/soak_load),
 #        TINYSERVE_MODEL (../shared/models/stories260K.bin), SOAK_CONCURRENCY (16),
-#        SOAK_OUT (a temporary folder: server.log, rss.csv, load.log)
+#        SOAK_OUT (a temporary folder: server.log, rss.csv, load.log),
+#        SOAK_HEAP_EVERY (0: off; N: every N seconds gdb attaches to the server for a moment and
+#        calls glibc's malloc_stats(), whose totals go to heap.csv as t_s,system_kib,in_use_kib:
+#        the bytes malloc has handed out and not had back, which tells a leak (in use grows with
+#        the requests) from the allocator keeping pages (system grows, in use flat); needs gdb
+#        and ptrace rights, and each sample stops the server for about a second)
 #
 # Pass/fail rule (exit 0 iff all hold):
 #   1. no crash: the server is alive at the end, /health answers 200, and it exits 0 on SIGTERM;
@@ -65,9 +70,49 @@ echo "t_s,rss_kib" >"$OUT/rss.csv"
 ) &
 SAMPLER=$!
 
+# Heap sampler (SOAK_HEAP_EVERY): malloc_stats() writes its report to the server's stderr, so
+# each sample is the "Total (incl. mmap)" block that follows the last marker line in server.log.
+HEAP_EVERY=${SOAK_HEAP_EVERY:-0}
+HEAP_SAMPLER=""
+heap_sample() {  # T FILE: one "t,system_kib,in_use_kib" line appended to FILE
+  local before
+  before=$(wc -l <"$OUT/server.log")
+  # (gdb may exit non-zero after the call: "Couldn't write extended state status" on AVX-512
+  # machines, for the caller-saved vector registers of the thread it borrowed, which sits in a
+  # system call; the report is written all the same.)
+  gdb -q -batch -p "$SERVER" -ex 'call ((void (*)(void))malloc_stats)()' >/dev/null 2>&1 || true
+  tail -n +"$((before + 1))" "$OUT/server.log" | awk -v t="$1" '
+    /^Total \(incl. mmap\):/ { total = 1; next }
+    total && /^system bytes/ { sys = $NF }
+    total && /^in use bytes/ { use = $NF; printf "%d,%d,%d\n", t, sys / 1024, use / 1024; exit }
+  ' >>"$2"
+}
+if [[ $HEAP_EVERY -gt 0 ]]; then
+  command -v gdb >/dev/null || { echo "soak: SOAK_HEAP_EVERY needs gdb" >&2; exit 2; }
+  echo "t_s,system_kib,in_use_kib" >"$OUT/heap.csv"
+  (
+    t0=$(date +%s)
+    next=0
+    while [[ ! -e $OUT/load.done ]] && kill -0 "$SERVER" 2>/dev/null; do
+      t=$(($(date +%s) - t0))
+      if [[ $t -ge $next ]]; then
+        heap_sample "$t" "$OUT/heap.csv"
+        next=$((t + HEAP_EVERY))
+      fi
+      sleep 1
+    done
+  ) &
+  HEAP_SAMPLER=$!
+fi
+
 LOAD_RC=0
 "$LOAD" --port "$PORT" --duration "$DURATION" --concurrency "$CONCURRENCY" >"$OUT/load.log" 2>&1 || LOAD_RC=$?
 wait "$SAMPLER" || true
+if [[ -n $HEAP_SAMPLER ]]; then
+  touch "$OUT/load.done"
+  wait "$HEAP_SAMPLER" || true
+  heap_sample "$DURATION" "$OUT/heap_after.csv"  # what stays in use once the load is over
+fi
 tail -n 8 "$OUT/load.log"
 
 FAIL=0
@@ -82,8 +127,11 @@ fi
 # 2. The driver's verdict.
 [[ $LOAD_RC -eq 0 ]] || verdict "the load driver saw unexpected answers (see $OUT/load.log)"
 # 4. The RSS trend over the second half.
-read -r N START MAX MEAN SLOPE GROWTH LIMIT < <(awk -F, 'BEGIN { n = 0 }
-  NR > 1 { t[n] = $1; r[n] = $2; n++ }
+# trend FILE COLUMN: "n first max second_half_mean slope growth limit" of column COLUMN (2 or
+# more) against column 1 (seconds): the least-squares line over the second half of the samples.
+trend() {
+  awk -F, -v c="$2" 'BEGIN { n = 0 }
+  NR > 1 { t[n] = $1; r[n] = $c; n++ }
   END {
     if (n < 4) { print n, 0, 0, 0, 0, 0, 0; exit }
     max = 0; for (i = 0; i < n; i++) if (r[i] > max) max = r[i]
@@ -95,11 +143,22 @@ read -r N START MAX MEAN SLOPE GROWTH LIMIT < <(awk -F, 'BEGIN { n = 0 }
     growth = slope * (t[n - 1] - t[h])
     limit = 0.05 * mr; if (limit < 4096) limit = 4096
     printf "%d %d %d %.0f %.3f %.0f %.0f\n", n, r[0], max, mr, slope, growth, limit
-  }' "$OUT/rss.csv")
+  }' "$1"
+}
+read -r N START MAX MEAN SLOPE GROWTH LIMIT < <(trend "$OUT/rss.csv" 2)
 echo "soak: $N RSS samples: start ${START} KiB, max ${MAX} KiB, second-half mean ${MEAN} KiB," \
   "slope ${SLOPE} KiB/s, fitted growth over the second half ${GROWTH} KiB (limit ${LIMIT} KiB)"
 [[ $N -ge 4 ]] || verdict "too few RSS samples ($N)"
 awk -v g="$GROWTH" -v l="$LIMIT" 'BEGIN { exit !(g < l) }' || verdict "RSS grows after warm-up"
+if [[ -n $HEAP_SAMPLER ]]; then  # reported, not judged: the RSS rule above is the verdict
+  read -r HN HSTART HMAX HMEAN HSLOPE HGROWTH _ < <(trend "$OUT/heap.csv" 3)
+  read -r _ SSTART SMAX _ SSLOPE SGROWTH _ < <(trend "$OUT/heap.csv" 2)
+  HAFTER=$(cut -d, -f3 "$OUT/heap_after.csv" 2>/dev/null || true)
+  echo "soak: $HN heap samples: in use ${HSTART} KiB at start, max ${HMAX} KiB, second-half mean" \
+    "${HMEAN} KiB, slope ${HSLOPE} KiB/s (fitted growth ${HGROWTH} KiB), ${HAFTER:-?} KiB" \
+    "after the load; malloc's system bytes ${SSTART} KiB at start, max" \
+    "${SMAX} KiB, slope ${SSLOPE} KiB/s (fitted growth ${SGROWTH} KiB)"
+fi
 
 # 1 (cont.). A clean exit on SIGTERM.
 kill -TERM "$SERVER"
