@@ -11,7 +11,12 @@
 #        calls glibc's malloc_stats(), whose totals go to heap.csv as t_s,system_kib,in_use_kib:
 #        the bytes malloc has handed out and not had back, which tells a leak (in use grows with
 #        the requests) from the allocator keeping pages (system grows, in use flat); needs gdb
-#        and ptrace rights, and each sample stops the server for about a second)
+#        and ptrace rights, and each sample stops the server for about a second),
+#        SOAK_HEAP_PROFILE (a folder: the server runs under tcmalloc's heap profiler, gperftools'
+#        libtcmalloc.so.4 from Debian's google-perftools, which writes its live heap by allocation
+#        site to DIR/prof.NNNN.heap every SOAK_HEAP_PROFILE_EVERY seconds (300); compare two dumps
+#        with `google-pprof --text --base=DIR/prof.0002.heap BIN DIR/prof.0012.heap`; the RSS is
+#        then tcmalloc's, not glibc's)
 #
 # Pass/fail rule (exit 0 iff all hold):
 #   1. no crash: the server is alive at the end, /health answers 200, and it exits 0 on SIGTERM;
@@ -39,8 +44,18 @@ for f in "$BIN" "$LOAD" "$MODEL"; do
   [[ -e $f ]] || { echo "soak: $f not found" >&2; exit 2; }
 done
 
+SERVER_ENV=()
+if [[ -n ${SOAK_HEAP_PROFILE:-} ]]; then
+  TCMALLOC=$(ls /usr/lib/*/libtcmalloc.so.4 2>/dev/null | head -n 1 || true)
+  [[ -n $TCMALLOC ]] || { echo "soak: SOAK_HEAP_PROFILE needs libtcmalloc.so.4 (google-perftools)" >&2; exit 2; }
+  mkdir -p "$SOAK_HEAP_PROFILE"
+  SERVER_ENV=(env LD_PRELOAD="$TCMALLOC" HEAPPROFILE="$SOAK_HEAP_PROFILE/prof"
+    HEAP_PROFILE_TIME_INTERVAL="${SOAK_HEAP_PROFILE_EVERY:-300}" HEAP_PROFILE_ALLOCATION_INTERVAL=0
+    HEAP_PROFILE_INUSE_INTERVAL=0)
+fi
+
 # A small KV cache (preemptions) and a modest worker pool.
-"$BIN" serve --model "$MODEL" --port 0 --num-kv-blocks 48 --max-num-seqs 32 \
+"${SERVER_ENV[@]}" "$BIN" serve --model "$MODEL" --port 0 --num-kv-blocks 48 --max-num-seqs 32 \
   2>"$OUT/server.log" &
 SERVER=$!
 cleanup() { kill "$SERVER" 2>/dev/null || true; }
@@ -158,6 +173,10 @@ if [[ -n $HEAP_SAMPLER ]]; then  # reported, not judged: the RSS rule above is t
     "${HMEAN} KiB, slope ${HSLOPE} KiB/s (fitted growth ${HGROWTH} KiB), ${HAFTER:-?} KiB" \
     "after the load; malloc's system bytes ${SSTART} KiB at start, max" \
     "${SMAX} KiB, slope ${SSLOPE} KiB/s (fitted growth ${SGROWTH} KiB)"
+fi
+if [[ -n ${SOAK_HEAP_PROFILE:-} ]]; then  # each dump's first line: "heap profile: OBJECTS: BYTES [..."
+  echo "soak: tcmalloc's live heap at each dump (objects: bytes):" \
+    "$(head -qn 1 "$SOAK_HEAP_PROFILE"/prof.*.heap 2>/dev/null | awk '{ printf "%s%s %s", sep, $3, $4; sep = ", " }')"
 fi
 
 # 1 (cont.). A clean exit on SIGTERM.
