@@ -11,7 +11,7 @@
 #        calls glibc's malloc_stats(), whose totals go to heap.csv as t_s,system_kib,in_use_kib:
 #        the bytes malloc has handed out and not had back, which tells a leak (in use grows with
 #        the requests) from the allocator keeping pages (system grows, in use flat); needs gdb
-#        and ptrace rights, and each sample stops the server for about a second),
+#        and ptrace rights, and each sample stops the server for ~0.4 s with its 520 threads),
 #        SOAK_HEAP_PROFILE (a folder: the server runs under tcmalloc's heap profiler, gperftools'
 #        libtcmalloc.so.4 from Debian's google-perftools, which writes its live heap by allocation
 #        site to DIR/prof.NNNN.heap every SOAK_HEAP_PROFILE_EVERY seconds (300); compare two dumps
