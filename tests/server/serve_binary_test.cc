@@ -141,7 +141,7 @@ class ServeProcessTest : public ::testing::Test {
 class ServeBinaryTest : public ServeProcessTest, public ::testing::WithParamInterface<int> {
  protected:
   // A grace longer than the default 10 s: under ThreadSanitizer, beside other tests, the 8 streams
-  // of StreamsInFlightEndCleanlyOnSignal take 5-9 s (release: under 1 s), and a stream still
+  // of StreamsInFlightEndCleanlyOnSignal took 8.1-9.5 s (release: under 1 s), and a stream still
   // running when the grace is over is aborted, which is the behaviour the test rules out.
   void SetUp() override { Start({"--shutdown-timeout", "60"}, std::to_string(GetParam())); }
 };
