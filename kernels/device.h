@@ -1,6 +1,7 @@
 // Device discovery: which compute devices this process can use. Compiles without nvcc.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

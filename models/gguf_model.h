@@ -16,6 +16,7 @@
 // its type.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>

@@ -16,6 +16,7 @@
 // soon as it has been converted, so the peak resident memory is the fp32 weights plus one tensor.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

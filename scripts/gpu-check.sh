@@ -16,7 +16,8 @@
 #                                    # H200 machine (not yet timed on one: no GPU has been lent).
 #   scripts/gpu-check.sh --build-only  # configure + compile only (works without a GPU)
 #
-# Environment: SHARED_DIR (default ./shared if present, else ../shared), CUDA_ARCHS (default:
+# Environment: GPU_TEST_TIMEOUT (seconds per test, default 240), GPU_TEST_JOBS (ctest -j, default 1), SANITIZER_TIMEOUT (seconds per
+# compute-sanitizer tool, default 180), SANITIZER_TOOLS (default "memcheck racecheck"), SHARED_DIR (default ./shared if present, else ../shared), CUDA_ARCHS (default:
 # native when nvidia-smi sees a GPU, else "80;90"), BUILD_DIR (default build-gpu), JOBS (default
 # nproc), EXTRA_CMAKE_ARGS (e.g. -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON to prove here that no
 # system package is used).
@@ -90,16 +91,16 @@ stage() {  # NAME COMMAND...: runs it, records "NAME | ok/FAILED | seconds"
 status=0
 echo "== gpu tests"
 stage "gpu tests (ctest -L gpu)" \
-  ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 240 -j 1
+  ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout "${GPU_TEST_TIMEOUT:-240}" -j "${GPU_TEST_JOBS:-1}"
 echo "== kernel benchmarks"
 stage "kernels_bench" "$BUILD_DIR/bin/kernels_bench"
 # compute-sanitizer over the kernel tests (not the model tests: minutes under the tools).
 SANITIZER=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 KERNEL_TESTS='CudaKernelTest.*:*CudaAttention*:*CudaBatchInvariantGemm*:*BackendSampler*'
 if [[ -x "$SANITIZER" ]]; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZER_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool (kernel tests)"
-    stage "compute-sanitizer $tool" timeout 180 "$SANITIZER" --tool "$tool" --error-exitcode 1 \
+    stage "compute-sanitizer $tool" timeout "${SANITIZER_TIMEOUT:-180}" "$SANITIZER" --tool "$tool" --error-exitcode 1 \
       "$BUILD_DIR/bin/test_gpu" --gtest_filter="$KERNEL_TESTS"
   done
 else

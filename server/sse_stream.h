@@ -20,6 +20,7 @@
 // Single-owner: one thread at a time (the HTTP worker, or the writer thread while it has it).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

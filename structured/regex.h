@@ -8,6 +8,7 @@
 // naming the offset. The output is a full match of the pattern (anchored at both ends).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>

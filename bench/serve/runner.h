@@ -12,6 +12,7 @@
 // end of the benchmark.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

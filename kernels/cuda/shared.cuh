@@ -8,6 +8,7 @@
 //   TS_SHARED_DYNAMIC(float, smem);    extern __shared__ float smem[];  (the launch's bytes)
 #pragma once
 
+#include <cstdint>
 #include <cuda_runtime.h>
 
 #if defined(__CUDACC__)

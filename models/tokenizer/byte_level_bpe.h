@@ -8,6 +8,7 @@
 // Immutable after construction; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <array>
 #include <memory>
 #include <string>

@@ -10,6 +10,7 @@
 // Immutable after Create; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <array>
 #include <memory>
 #include <string>

@@ -12,6 +12,7 @@
 // Immutable after construction; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <array>
 #include <memory>
 #include <string>

@@ -2,6 +2,7 @@
 // drain loop every harness runs.
 #pragma once
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <map>

@@ -1,6 +1,7 @@
 // Helpers shared by the model-file tests: a scratch directory, and the stories260K golden check.
 #pragma once
 
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <unistd.h>
 

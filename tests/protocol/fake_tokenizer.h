@@ -1,6 +1,7 @@
 // A Tokenizer with a table of raw byte pieces, for exact protocol tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>

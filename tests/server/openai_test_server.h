@@ -7,6 +7,7 @@
 // /metrics as `tinyserve serve` does.
 #pragma once
 
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <httplib.h>
 

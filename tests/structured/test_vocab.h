@@ -1,6 +1,7 @@
 // Helpers of the structured tests: small vocabularies and a Matcher driven byte by byte.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
