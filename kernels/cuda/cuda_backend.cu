@@ -337,8 +337,9 @@ class CudaBackend final : public Backend {
     a.num_kv_heads = num_kv_heads;
     a.head_dim = head_dim;
     a.out = out;
-    const int32_t splits = cuda::ChooseAttentionSplits(
-        meta.num_tokens, num_heads, meta.max_blocks_per_seq * meta.block_size, num_sms_);
+    const int32_t splits =
+        cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim,
+                                    meta.max_blocks_per_seq * meta.block_size, num_sms_);
     const size_t floats =
         cuda::PagedAttentionScratchFloats(meta.num_tokens, num_heads, head_dim, splits);
     float* scratch = nullptr;

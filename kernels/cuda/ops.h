@@ -75,8 +75,8 @@ constexpr int32_t kMaxAttentionHeadDim = 256;
 // The launch shape for LaunchPagedAttention: 1 (one block per row) when the rows alone fill
 // `num_sms` multiprocessors twice, else one block per split of a `max_context`-long table. Depends
 // only on host-known shapes; the results are the same bits either way.
-int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t max_context,
-                              int32_t num_sms);
+int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num_kv_heads,
+                              int32_t head_dim, int32_t max_context, int32_t num_sms);
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
                                    int32_t num_splits);
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_splits, float* scratch,

@@ -132,6 +132,261 @@ __device__ __noinline__ SplitResult FoldSplit(SplitResult a, SplitResult b) {
   return {__fdiv_rn(__fmaf_rn(wb, b.o, __fmul_rn(wa, a.o)), l), m, l};
 }
 
+// ---- The vectorized kernel: head_dim a multiple of 4 (fp32 KV), 16-byte aligned caches --------
+// One block per (token, KV head, split) serves every query head of that KV head's group (up to
+// kGroup of them; a larger group takes several head chunks), so each key and value row is read
+// once per group, not once per query head. The KV row of a position is read with 16-byte loads: a
+// key is spread over `lanes` = min(32, pow2 >= head_dim / 4) lanes of a warp (32 / lanes keys per
+// warp at once, kUnroll keys per lane in flight), whose partial dot products are summed by a xor
+// butterfly (the same bits on every lane). A split's positions' cache slots are staged in shared
+// memory once. Per split (kVecSplit positions) and query head: scores q.k / sqrt(head_dim) into
+// shared memory, then the max, exp(score - max) and their sum by one warp in lane order, then each
+// lane accumulates exp * v for its 4 dimensions over the positions of its key slot; the key slots
+// of a warp are summed by a xor butterfly and the warps in order 0, 1, 2, 3. The normalized split
+// result and the fold of splits (FoldSplit, the same as the generic kernel's) follow the generic
+// kernel's contract, so the launch shape never changes the bits: every order above depends only on
+// head_dim and the split's bounds, never on the batch, the grid or the group size.
+constexpr int kVecThreads = 128;
+constexpr int kVecWarps = kVecThreads / 32;
+constexpr int32_t kVecSplit = 256;  // positions per split
+constexpr int kUnroll = 4;          // keys (or values) per lane in flight
+
+__device__ __forceinline__ void Unpack(uint4 r, float* f) {
+  f[0] = __uint_as_float(r.x);
+  f[1] = __uint_as_float(r.y);
+  f[2] = __uint_as_float(r.z);
+  f[3] = __uint_as_float(r.w);
+}
+
+// The lanes a key is spread over: the smallest power of two >= nv (vectors a row), at most 32.
+__device__ __forceinline__ int LanesPerKey(int nv) {
+  int l = 1;
+  while (l < nv && l < 32) l *= 2;
+  return l;
+}
+
+// grid (num_kv_heads * head_chunks, num_tokens, grid_splits), block kVecThreads, dynamic shared
+// memory VecAttentionSharedBytes. kGroup: query heads a block serves (>= the group, or a chunk of
+// it); kRows: 16-byte vectors a lane holds of one row (head_dim <= 128 * kRows).
+template <int kGroup, int kRows>
+__global__ void __launch_bounds__(kVecThreads)
+    VecAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, int32_t head_chunks,
+                       float* scratch) {
+  TS_SHARED_ARRAY(int32_t, slots, kVecSplit);
+  TS_SHARED_ARRAY(float, stat, 4 * kGroup);  // this split's max, sum; the running max, sum
+  TS_SHARED_DYNAMIC(float, smem);
+  const int32_t hd = a.head_dim;
+  const auto scores = smem;                      // [kGroup][kVecSplit]
+  const auto partial = smem + kGroup * kVecSplit;  // [kGroup][hd]: the warps' sum
+  const auto run_o = partial + kGroup * hd;        // [kGroup][hd]: the fold of earlier splits
+
+  const int32_t kvh = blockIdx.x / head_chunks, chunk = blockIdx.x % head_chunks;
+  const int32_t t = blockIdx.y, z = blockIdx.z;
+  const int32_t group = a.num_heads / a.num_kv_heads;
+  const int32_t h0 = kvh * group + chunk * kGroup;
+  const int32_t nh = min(kGroup, group - chunk * kGroup);  // heads of this block
+  const int32_t len = a.positions[t] + 1;
+  const int32_t row_splits = (len + kVecSplit - 1) / kVecSplit;
+  const int32_t first = grid_splits == 1 ? 0 : z;
+  const int32_t last = grid_splits == 1 ? row_splits : min(z + 1, row_splits);  // exclusive
+  if (first >= last) return;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int nv = hd / 4;  // 16-byte vectors a row
+  const int lanes = LanesPerKey(nv), keys_per_warp = 32 / lanes;
+  const int sub = lane % lanes, kslot = lane / lanes;
+  const int key_slots = kVecWarps * keys_per_warp, my_slot = warp * keys_per_warp + kslot;
+  const int32_t seq = SequenceOf(a.query_start, a.num_seqs, t);
+  const int32_t* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+  const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
+  const float* k_base = a.k_cache + static_cast<int64_t>(kvh) * hd;
+  const float* v_base = a.v_cache + static_cast<int64_t>(kvh) * hd;
+  const float denom = sqrtf(static_cast<float>(hd));
+
+  // This lane's dimensions of each query head: vectors sub, sub + lanes, ...
+  float q[kGroup][kRows][4];
+  for (int g = 0; g < kGroup; ++g) {
+    for (int r = 0; r < kRows; ++r) {
+      const int j = sub + r * lanes;
+      for (int e = 0; e < 4; ++e) {
+        q[g][r][e] = g < nh && j < nv
+                         ? a.q[static_cast<size_t>(t) * a.q_stride + (h0 + g) * hd + 4 * j + e]
+                         : 0.0f;
+      }
+    }
+  }
+
+  for (int32_t s = first; s < last; ++s) {
+    const int32_t start = s * kVecSplit, n = min(start + kVecSplit, len) - start;
+    __syncthreads();  // the previous split's readers of slots and scores are done
+    for (int32_t i = tid; i < n; i += kVecThreads) {
+      const int32_t p = start + i;
+      slots[i] = table[p / a.block_size] * a.block_size + p % a.block_size;
+    }
+    __syncthreads();
+
+    // Scores: key slot my_slot takes positions my_slot, my_slot + key_slots, ...
+    for (int32_t base = 0; base < n; base += key_slots * kUnroll) {
+      uint4 raw[kUnroll][kRows];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t i = base + u * key_slots + my_slot;
+        for (int r = 0; r < kRows; ++r) {
+          const int j = sub + r * lanes;
+          raw[u][r] = i < n && j < nv ? *reinterpret_cast<const uint4*>(
+                                            k_base + static_cast<int64_t>(slots[i]) * kv_width +
+                                            4 * j)
+                                      : uint4{0, 0, 0, 0};
+        }
+      }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t i = base + u * key_slots + my_slot;
+        float part[kGroup];
+        for (int g = 0; g < kGroup; ++g) part[g] = 0.0f;
+        for (int r = 0; r < kRows; ++r) {
+          float k[4];
+          Unpack(raw[u][r], k);
+          for (int g = 0; g < kGroup; ++g) {
+            for (int e = 0; e < 4; ++e) part[g] = __fmaf_rn(q[g][r][e], k[e], part[g]);
+          }
+        }
+        for (int o = lanes / 2; o > 0; o /= 2) {
+          for (int g = 0; g < kGroup; ++g) part[g] += __shfl_xor_sync(0xffffffffu, part[g], o);
+        }
+        if (i < n && sub == 0) {
+          for (int g = 0; g < nh; ++g) scores[g * kVecSplit + i] = part[g] / denom;
+        }
+      }
+    }
+    __syncthreads();
+
+    // Softmax statistics, one warp per head, in lane order.
+    for (int g = warp; g < nh; g += kVecWarps) {
+      float m = -INFINITY;
+      for (int32_t i = lane; i < n; i += 32) m = fmaxf(m, scores[g * kVecSplit + i]);
+      m = WarpMax(m);
+      float l = 0.0f;
+      for (int32_t i = lane; i < n; i += 32) {
+        const float e = expf(scores[g * kVecSplit + i] - m);
+        scores[g * kVecSplit + i] = e;
+        l += e;
+      }
+      l = WarpSum(l);
+      if (lane == 0) {
+        stat[g] = m;
+        stat[kGroup + g] = l;
+      }
+    }
+    __syncthreads();
+
+    // Values: the same key slots; acc[g][r][e] is dimension 4 (sub + r * lanes) + e of head g.
+    float acc[kGroup][kRows][4];
+    for (int g = 0; g < kGroup; ++g) {
+      for (int r = 0; r < kRows; ++r) {
+        for (int e = 0; e < 4; ++e) acc[g][r][e] = 0.0f;
+      }
+    }
+    for (int32_t base = 0; base < n; base += key_slots * kUnroll) {
+      uint4 raw[kUnroll][kRows];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t i = base + u * key_slots + my_slot;
+        for (int r = 0; r < kRows; ++r) {
+          const int j = sub + r * lanes;
+          raw[u][r] = i < n && j < nv ? *reinterpret_cast<const uint4*>(
+                                            v_base + static_cast<int64_t>(slots[i]) * kv_width +
+                                            4 * j)
+                                      : uint4{0, 0, 0, 0};
+        }
+      }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t i = base + u * key_slots + my_slot;
+        if (i >= n) break;  // the same on every lane of the key slot; no warp operation below
+        for (int g = 0; g < nh; ++g) {
+          const float p = scores[g * kVecSplit + i];
+          for (int r = 0; r < kRows; ++r) {
+            float v[4];
+            Unpack(raw[u][r], v);
+            for (int e = 0; e < 4; ++e) acc[g][r][e] = __fmaf_rn(p, v[e], acc[g][r][e]);
+          }
+        }
+      }
+    }
+    // The warp's key slots (xor butterfly), then the warps in order into `partial`.
+    for (int o = lanes; o < 32; o *= 2) {
+      for (int g = 0; g < kGroup; ++g) {
+        for (int r = 0; r < kRows; ++r) {
+          for (int e = 0; e < 4; ++e) acc[g][r][e] += __shfl_xor_sync(0xffffffffu, acc[g][r][e], o);
+        }
+      }
+    }
+    for (int w = 0; w < kVecWarps; ++w) {
+      if (warp == w && kslot == 0) {
+        for (int g = 0; g < nh; ++g) {
+          for (int r = 0; r < kRows; ++r) {
+            const int j = sub + r * lanes;
+            if (j >= nv) continue;
+            for (int e = 0; e < 4; ++e) {
+              const int d = g * hd + 4 * j + e;
+              partial[d] = w == 0 ? acc[g][r][e] : partial[d] + acc[g][r][e];
+            }
+          }
+        }
+      }
+      __syncthreads();
+    }
+
+    // The split's normalized output, folded into the running result (FoldSplit) past the first.
+    for (int32_t d = tid; d < nh * hd; d += kVecThreads) {
+      const int g = d / hd;
+      const SplitResult split{partial[d] / stat[kGroup + g], stat[g], stat[kGroup + g]};
+      const SplitResult r =
+          s == first ? split : FoldSplit({run_o[d], stat[2 * kGroup + g], stat[3 * kGroup + g]},
+                                         split);
+      run_o[d] = r.o;
+    }
+    __syncthreads();  // every thread has read the running max and sum
+    if (tid < nh) {
+      const SplitResult split{0.0f, stat[tid], stat[kGroup + tid]};
+      const SplitResult r = s == first ? split
+                                       : FoldSplit({0.0f, stat[2 * kGroup + tid],
+                                                    stat[3 * kGroup + tid]},
+                                                   split);
+      stat[2 * kGroup + tid] = r.m;
+      stat[3 * kGroup + tid] = r.l;
+    }
+  }
+  __syncthreads();
+
+  const bool direct = grid_splits == 1 || row_splits == 1;
+  const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
+  for (int32_t d = tid; d < nh * hd; d += kVecThreads) {
+    const int g = d / hd, i = d % hd;
+    const size_t row = static_cast<size_t>(t) * a.num_heads + h0 + g;
+    if (direct) {
+      a.out[row * hd + i] = run_o[d];
+    } else {
+      scratch[(row * grid_splits + z) * hd + i] = run_o[d];
+      if (i == 0) {
+        scratch[total_rows * grid_splits * hd + row * grid_splits + z] = stat[2 * kGroup + g];
+        scratch[total_rows * grid_splits * (hd + 1) + row * grid_splits + z] =
+            stat[3 * kGroup + g];
+      }
+    }
+  }
+}
+
+template <int kGroup, int kRows>
+void LaunchVec(dim3 grid, size_t smem, cudaStream_t stream, const PagedAttentionArgs& a,
+               int32_t num_splits, int32_t chunks, float* scratch) {
+  // (A name for the launch macro, whose arguments cannot hold the template's comma; GCC calls it
+  // unused, as the host build's lambda reads it without a capture.)
+  [[maybe_unused]] static constexpr auto* vec_attention = &VecAttentionKernel<kGroup, kRows>;
+  TS_LAUNCH(vec_attention, grid, kVecThreads, smem, stream, a, num_splits, chunks, scratch);
+}
+
+size_t VecAttentionSharedBytes(int group, int32_t head_dim) {
+  return 4 * (static_cast<size_t>(group) * kVecSplit + 2 * static_cast<size_t>(group) * head_dim);
+}
+
 // grid (num_heads, num_tokens, grid_splits), block kThreads. grid_splits == 1: the block attends
 // all of its row's splits; else block z attends split z and, for rows of more than one split,
 // writes it to scratch: out [tokens, heads, grid_splits, head_dim] | max, sum [tokens, heads,
@@ -184,11 +439,12 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
 }
 
 // grid (num_heads, num_tokens), block head_dim: the fold of a row's splits 0, 1, ... in order (rows
-// of one split were written by PagedAttentionKernel).
-__global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, const float* scratch) {
+// of one split were written by the attention kernel). split_length: the kernel's.
+__global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, int32_t split_length,
+                                  const float* scratch) {
   const int32_t h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
   const int32_t hd = a.head_dim;
-  const int32_t row_splits = NumSplits(a.positions[t] + 1);
+  const int32_t row_splits = (a.positions[t] + split_length) / split_length;
   if (row_splits <= 1) return;
   const size_t row = static_cast<size_t>(t) * a.num_heads + h;
   const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
@@ -202,14 +458,35 @@ __global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, con
   a.out[row * hd + i] = r.o;
 }
 
+bool UsesVecKernel(int32_t head_dim, const void* k_cache, const void* v_cache) {
+  return head_dim % 4 == 0 && head_dim > 0 && head_dim <= 2 * 128 &&
+         reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
+}
+
+// The query heads a block of the vectorized kernel serves: the group rounded up to 1, 2, 4 or 8
+// (a larger group is served in chunks of 8).
+int VecGroup(int32_t group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
+
+int32_t SplitLength(bool vec) { return vec ? kVecSplit : kSplitLength; }
+
 }  // namespace
 
-int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t max_context,
-                              int32_t num_sms) {
+int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num_kv_heads,
+                              int32_t head_dim, int32_t max_context, int32_t num_sms) {
   // Both shapes give the same bits (see the top of the file); this only picks the faster one.
-  const int64_t rows = static_cast<int64_t>(num_tokens) * num_heads;
-  const int32_t widest = std::max<int32_t>(1, (max_context + kSplitLength - 1) / kSplitLength);
-  return rows >= 2LL * num_sms ? 1 : widest;
+  // The vectorized kernel's caches are cudaMalloc-ed (aligned): only head_dim decides here.
+  const bool vec = head_dim % 4 == 0 && head_dim <= 256;
+  const int32_t split = SplitLength(vec);
+  const int32_t widest = std::max<int32_t>(1, (max_context + split - 1) / split);
+  if (!vec) {
+    const int64_t rows = static_cast<int64_t>(num_tokens) * num_heads;
+    return rows >= 2LL * num_sms ? 1 : widest;
+  }
+  const int32_t group = num_kv_heads > 0 ? num_heads / num_kv_heads : 1;
+  const int64_t blocks = static_cast<int64_t>(num_tokens) * num_kv_heads *
+                         ((group + VecGroup(group) - 1) / VecGroup(group));
+  return blocks >= 4LL * num_sms ? 1 : widest;
 }
 
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
@@ -221,20 +498,58 @@ size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits, float* scratch,
                                  cudaStream_t stream) {
   if (a.num_tokens <= 0) return cudaSuccess;
-  // One block per split needs a block for every split of the widest table (1: one per row).
-  const int64_t widest =
-      (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size + kSplitLength - 1) / kSplitLength;
   if (a.head_dim <= 0 || a.head_dim > kMaxAttentionHeadDim || num_splits < 1 ||
-      (num_splits > 1 && num_splits < widest) || num_splits > 65535 || a.num_kv_heads <= 0 ||
-      a.num_heads % a.num_kv_heads != 0 || a.num_heads > 65535 || a.num_tokens > 65535) {
+      num_splits > 65535 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
+      a.num_heads > 65535 || a.num_tokens > 65535) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid(a.num_heads, a.num_tokens, num_splits);
-  TS_LAUNCH(PagedAttentionKernel, grid, kThreads, 0, stream, a, num_splits, scratch);
+  const bool vec = UsesVecKernel(a.head_dim, a.k_cache, a.v_cache);
+  const int32_t split = SplitLength(vec);
+  // One block per split needs a block for every split of the widest table (1: one per row).
+  const int64_t widest = (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size + split - 1) /
+                         split;
+  if (num_splits > 1 && num_splits < widest) return cudaErrorInvalidValue;
+  if (vec) {
+    const int32_t group = a.num_heads / a.num_kv_heads;
+    const int kg = VecGroup(group);
+    const int32_t chunks = (group + kg - 1) / kg;
+    const dim3 grid(a.num_kv_heads * chunks, a.num_tokens, num_splits);
+    const size_t smem = VecAttentionSharedBytes(kg, a.head_dim);
+    const bool two_rows = a.head_dim > 128;
+switch (kg * 10 + (two_rows ? 2 : 1)) {
+      case 11:
+        LaunchVec<1, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      case 12:
+        LaunchVec<1, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      case 21:
+        LaunchVec<2, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      case 22:
+        LaunchVec<2, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      case 41:
+        LaunchVec<4, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      case 42:
+        LaunchVec<4, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      case 81:
+        LaunchVec<8, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+      default:
+        LaunchVec<8, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+        break;
+    }
+  } else {
+    const dim3 grid(a.num_heads, a.num_tokens, num_splits);
+    TS_LAUNCH(PagedAttentionKernel, grid, kThreads, 0, stream, a, num_splits, scratch);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || num_splits == 1) return err;
   TS_LAUNCH(MergeSplitsKernel, dim3(a.num_heads, a.num_tokens), a.head_dim, 0, stream, a,
-            num_splits, scratch);
+            num_splits, split, scratch);
   return cudaGetLastError();
 }
 

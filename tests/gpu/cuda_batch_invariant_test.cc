@@ -3,6 +3,8 @@
 // row's output does not depend on the other rows; attention gives a row the same bits alone, in a
 // big batch with a much wider block table, and as the last token of a prefill chunk. Bitwise, not
 // a tolerance. Skips without a CUDA device.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "kernels/cuda/ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tinyserve {
@@ -265,8 +268,121 @@ INSTANTIATE_TEST_SUITE_P(
                       InvariantAttentionCase{"ExactlyOneSplitBs8", 8, 8, 8, 64, 512},
                       InvariantAttentionCase{"ThreeSplitsBs16Gqa4", 16, 32, 8, 128, 1500},
                       InvariantAttentionCase{"ManySplitsBs1Hd80", 1, 4, 1, 80, 4097},
-                      InvariantAttentionCase{"SplitsBs32Hd256", 32, 8, 2, 256, 2049}),
+                      InvariantAttentionCase{"SplitsBs32Hd256", 32, 8, 2, 256, 2049},
+                      // A group of 7 (served as 8, one head masked) and of 16 (two chunks of 8),
+                      // and a head_dim the vectorized kernel does not take (the generic one).
+                      InvariantAttentionCase{"Gqa7Bs16Hd64", 16, 14, 2, 64, 777},
+                      InvariantAttentionCase{"Gqa16Bs16Hd32", 16, 16, 1, 32, 1025},
+                      InvariantAttentionCase{"GenericHd6Bs4", 4, 4, 2, 6, 1100}),
     [](const ::testing::TestParamInfo<InvariantAttentionCase>& param_info) {
+      return param_info.param.name;
+    });
+
+
+// The two launch shapes of cuda::LaunchPagedAttention (one block per row, folding its splits; one
+// block per split and a merge kernel) give the same bits for every row, whatever the group size
+// (1, 2, 4, 7, 8, 16 query heads per KV head), head_dim (both kernels) and block size, over a
+// batch of decode rows and a prefill chunk whose rows span one to several splits.
+struct LaunchShapeCase {
+  std::string name;
+  int32_t block_size, num_heads, num_kv_heads, head_dim;
+};
+void PrintTo(const LaunchShapeCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaAttentionLaunchShapeTest : public ::testing::TestWithParam<LaunchShapeCase> {};
+
+template <typename T>
+T* DeviceCopy(const std::vector<T>& host) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(1, host.size()) * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return d;
+}
+
+TEST_P(CudaAttentionLaunchShapeTest, OneBlockPerRowAndOneBlockPerSplitAgreeBitwise) {
+  TS_SKIP_WITHOUT_CUDA();
+  const LaunchShapeCase& c = GetParam();
+  std::mt19937 rng(41);
+  const int32_t bs = c.block_size, hd = c.head_dim, kv_width = c.num_kv_heads * hd;
+  const int32_t q_width = c.num_heads * hd;
+  // (context, query tokens): decode rows of 1 to 5 splits (of 256 or 512) and a prefill chunk.
+  const std::vector<std::pair<int32_t, int32_t>> seqs =
+      kOnHostLayer ? std::vector<std::pair<int32_t, int32_t>>{{1, 1}, {300, 1}, {530, 3}}
+                   : std::vector<std::pair<int32_t, int32_t>>{
+                         {1, 1}, {255, 1}, {256, 1}, {257, 1}, {1100, 1}, {2100, 1}, {600, 40}};
+  int32_t width = 0, total_blocks = 0;
+  for (const auto& [len, fresh] : seqs) {
+    width = std::max(width, (len + bs - 1) / bs);
+    total_blocks += (len + bs - 1) / bs;
+  }
+  std::vector<int32_t> order(total_blocks), tables, positions, query_start = {0};
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t next = 0;
+  for (const auto& [len, fresh] : seqs) {
+    const int32_t blocks = (len + bs - 1) / bs;
+    for (int32_t b = 0; b < width; ++b) tables.push_back(b < blocks ? order[next++] : -1);
+    for (int32_t i = 0; i < fresh; ++i) positions.push_back(len - fresh + i);
+    query_start.push_back(static_cast<int32_t>(positions.size()));
+  }
+  const int32_t num_tokens = static_cast<int32_t>(positions.size());
+  const size_t cache = static_cast<size_t>(total_blocks) * bs * kv_width;
+  cuda::PagedAttentionArgs a;
+  a.q = DeviceCopy(Random(rng, static_cast<size_t>(num_tokens) * q_width, -2.0f, 2.0f));
+  a.q_stride = q_width;
+  a.k_cache = DeviceCopy(Random(rng, cache));
+  a.v_cache = DeviceCopy(Random(rng, cache));
+  a.positions = DeviceCopy(positions);
+  a.query_start = DeviceCopy(query_start);
+  a.block_tables = DeviceCopy(tables);
+  a.num_tokens = num_tokens;
+  a.num_seqs = static_cast<int32_t>(seqs.size());
+  a.max_blocks_per_seq = width;
+  a.block_size = bs;
+  a.num_heads = c.num_heads;
+  a.num_kv_heads = c.num_kv_heads;
+  a.head_dim = hd;
+  const size_t out_floats = static_cast<size_t>(num_tokens) * q_width;
+  auto run = [&](int32_t splits) {
+    float* out = DeviceCopy(std::vector<float>(out_floats, kNan));
+    const size_t scratch_floats =
+        cuda::PagedAttentionScratchFloats(num_tokens, c.num_heads, hd, splits);
+    float* scratch = scratch_floats > 0 ? DeviceCopy(std::vector<float>(scratch_floats)) : nullptr;
+    a.out = out;
+    EXPECT_EQ(cuda::LaunchPagedAttention(a, splits, scratch, nullptr), cudaSuccess);
+    std::vector<float> host(out_floats);
+    EXPECT_EQ(cudaMemcpy(host.data(), out, out_floats * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(out);
+    if (scratch != nullptr) cudaFree(scratch);
+    return host;
+  };
+  const std::vector<float> per_row = run(1);
+  for (float v : per_row) ASSERT_FALSE(std::isnan(v));
+  // The widest table's split count for either kernel: 2100 positions are 9 splits of 256.
+  const int32_t widest = (width * bs + 255) / 256;
+  EXPECT_TRUE(Bitwise(run(widest), per_row)) << widest << " splits";
+  EXPECT_TRUE(Bitwise(run(widest + 3), per_row)) << widest + 3 << " splits";
+  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.k_cache),
+                        static_cast<const void*>(a.v_cache), static_cast<const void*>(a.positions),
+                        static_cast<const void*>(a.query_start),
+                        static_cast<const void*>(a.block_tables)}) {
+    cudaFree(const_cast<void*>(p));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionLaunchShapeTest,
+    ::testing::Values(LaunchShapeCase{"MhaBs16Hd64", 16, 4, 4, 64},
+                      LaunchShapeCase{"Gqa2Bs1Hd128", 1, 4, 2, 128},
+                      LaunchShapeCase{"Gqa4Bs16Hd128", 16, 8, 2, 128},
+                      LaunchShapeCase{"Gqa7Bs8Hd80", 8, 14, 2, 80},
+                      LaunchShapeCase{"Gqa8Bs32Hd256", 32, 8, 1, 256},
+                      LaunchShapeCase{"Gqa16Bs16Hd8", 16, 16, 1, 8},
+                      LaunchShapeCase{"GenericHd6Bs4", 4, 4, 2, 6},
+                      LaunchShapeCase{"Hd36Bs16", 16, 2, 1, 36},
+                      LaunchShapeCase{"GenericHd10Bs16", 16, 6, 3, 10}),
+    [](const ::testing::TestParamInfo<LaunchShapeCase>& param_info) {
       return param_info.param.name;
     });
 

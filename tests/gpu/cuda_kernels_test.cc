@@ -272,7 +272,12 @@ INSTANTIATE_TEST_SUITE_P(
                       kOnHostLayer ? 1 : 2,
                       64,
                       {{4200, kOnHostLayer ? 17 : 54}}},
-        AttentionCase{"TinyHd8", 8, 2, 2, 8, {{0, 1}, {9, 1}}}),
+        AttentionCase{"TinyHd8", 8, 2, 2, 8, {{0, 1}, {9, 1}}},
+        // Groups of 7 (one masked head of 8) and 16 (two chunks), and a head_dim that is not a
+        // multiple of 4 (the generic kernel).
+        AttentionCase{"Gqa7Bs16Hd64", 16, 14, 2, 64, {{700, 1}, {0, 9}, {260, 1}}},
+        AttentionCase{"Gqa16Bs8Hd128", 8, 16, 1, 128, {{1000, 1}, {33, 4}}},
+        AttentionCase{"GenericHd6Bs4", 4, 4, 2, 6, {{600, 1}, {3, 5}}}),
     [](const ::testing::TestParamInfo<AttentionCase>& param_info) {
       return param_info.param.name;
     });

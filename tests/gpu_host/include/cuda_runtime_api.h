@@ -56,6 +56,10 @@ using cudaGraphExec_t = CUgraphExec_st*;
 struct uint3 {
   unsigned x, y, z;
 };
+// A 16-byte vector, as CUDA's (one 16-byte load or store of device memory).
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
 
 struct dim3 {
   unsigned x, y, z;
