@@ -7,7 +7,16 @@
 namespace tinyserve {
 
 StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
-                                                 const std::string& dtype, bool batch_invariant) {
+                                                 const std::string& dtype, bool batch_invariant,
+                                                 const std::string& kv_cache_dtype) {
+  if (kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3" || kv_cache_dtype == "fp8_e5m2") {
+    return InvalidArgument("--kv-cache-dtype " + kv_cache_dtype +
+                           " is not implemented yet; use auto, bfloat16 or float32");
+  }
+  if (kv_cache_dtype != "auto" && kv_cache_dtype != "bfloat16" && kv_cache_dtype != "float32") {
+    return InvalidArgument("--kv-cache-dtype must be auto, bfloat16 or float32, got '" +
+                           kv_cache_dtype + "'");
+  }
   if (device != "auto" && device != "cpu" && device != "cuda") {
     return InvalidArgument("--device must be auto, cpu or cuda, got '" + device + "'");
   }
@@ -18,6 +27,10 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
     if (dtype == "bfloat16") {
       return InvalidArgument("--dtype bfloat16 needs --device cuda; the CPU backend is float32");
     }
+    if (kv_cache_dtype == "bfloat16") {
+      return InvalidArgument(
+          "--kv-cache-dtype bfloat16 needs --device cuda; the CPU backend's KV cache is float32");
+    }
     return CreateCpuBackend(cpu_threads);
   }
   StatusOr<std::unique_ptr<Backend>> cuda = [&]() -> StatusOr<std::unique_ptr<Backend>> {
@@ -25,6 +38,9 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
     if (!gpus.ok()) return gpus.status();
     CudaBackendOptions o;
     o.weight_dtype = dtype == "float32" ? DType::kFloat32 : DType::kBFloat16;
+    o.kv_cache_dtype = kv_cache_dtype == "auto"      ? o.weight_dtype
+                       : kv_cache_dtype == "float32" ? DType::kFloat32
+                                                     : DType::kBFloat16;
     o.batch_invariant = batch_invariant;
     StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(o);
     if (!b.ok()) {
@@ -36,7 +52,8 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
   if (cuda.ok()) return cuda;
   if (device == "cuda") return Unavailable("--device cuda: " + cuda.status().message());
   std::fprintf(stderr, "tinyserve: device auto: no usable CUDA device (%s); using the CPU%s\n",
-               cuda.status().message().c_str(), dtype == "bfloat16" ? " in float32" : "");
+               cuda.status().message().c_str(),
+               dtype == "bfloat16" || kv_cache_dtype == "bfloat16" ? " in float32" : "");
   return CreateCpuBackend(cpu_threads);
 }
 

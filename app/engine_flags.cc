@@ -32,6 +32,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--dtype", f.dtype,
                   "weight dtype: float32 or bfloat16 (default bfloat16 on CUDA, float32 on CPU)")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
+  cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "KV cache dtype: auto (the weights': bfloat16 on CUDA by default, float32 on the "
+                  "CPU), bfloat16 (CUDA) or float32; fp8 is not implemented yet");
   cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                   "CUDA: fraction of device memory for weights, activations and the KV cache "
                   "(sizes the KV cache unless --num-kv-blocks is given)")
@@ -51,6 +54,7 @@ int32_t ChooseNumKvBlocks(const EngineFlags& f, const ModelConfig& config, int64
   if (f.num_kv_blocks > 0) return f.num_kv_blocks;
   const int32_t max_len = f.max_model_len > 0 ? f.max_model_len : config.max_seq_len;
   const int64_t per_seq = (max_len + f.block_size - 1) / f.block_size;
+  // The CPU backend's cache is fp32; a device's is sized from its memory unless this is given.
   const int64_t budget = (int64_t{4} << 30) / (ModelRunner::KvBytesPerToken(config) * f.block_size);
   const int64_t seqs = std::max<int64_t>(1, std::min<int64_t>(max_concurrent, f.max_num_seqs));
   return static_cast<int32_t>(
@@ -62,7 +66,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
     void (*log)(const std::string&)) {
   const ModelConfig& config = weights->config;
   StatusOr<std::unique_ptr<Backend>> backend =
-      SelectBackend(f.device, f.threads, f.dtype, f.batch_invariant);
+      SelectBackend(f.device, f.threads, f.dtype, f.batch_invariant, f.kv_cache_dtype);
   if (!backend.ok()) return backend.status();
   ModelRunnerOptions opts;
   opts.block_size = f.block_size;

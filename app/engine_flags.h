@@ -33,6 +33,7 @@ struct EngineFlags {
   // CUDA: our own batch-invariant GEMM instead of cuBLAS (see CudaBackendOptions). The CPU backend
   // is always batch-invariant; there the flag changes nothing but the log line.
   bool batch_invariant = false;
+  std::string kv_cache_dtype = "auto";  // auto | bfloat16 | float32 (fp8: refused, not yet)
   // Structured outputs: compute the grammar masks while the forward pass runs. "auto": the
   // backend's default (ModelRunnerOptions::overlap_grammar_masks), "on", "off".
   std::string overlap_grammar_masks = "auto";
@@ -40,6 +41,7 @@ struct EngineFlags {
 
 // Adds --threads, --device, --max-num-seqs, --max-num-batched-tokens, --block-size,
 // --num-kv-blocks, --max-model-len, --[no-]enable-prefix-caching, --scheduling-policy, --dtype,
+// --kv-cache-dtype,
 // --gpu-memory-utilization, --enforce-eager, --batch-invariant, --overlap-grammar-masks.
 void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
 

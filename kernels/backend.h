@@ -71,6 +71,9 @@ class Backend {
   virtual std::string name() const = 0;
   // True iff device pointers are host pointers (the CPU): host data can be used in place.
   virtual bool is_host() const { return false; }
+  // Makes the backend's device current on the calling thread (CUDA: cudaSetDevice), so a backend
+  // made on one thread runs on another (the engine thread); the executor calls it at every step.
+  virtual void BindToCallingThread() {}
 
   // ---- memory -----------------------------------------------------------------------------------
   // Returns zeroed device memory of `bytes` bytes, or nullptr if it cannot be had.
@@ -86,6 +89,10 @@ class Backend {
   // ---- weights ----------------------------------------------------------------------------------
   // The dtype UploadWeight stores matrices in: fp32 on the CPU; bf16 or fp32 on CUDA.
   virtual DType weight_dtype() const { return DType::kFloat32; }
+  // The dtype of the KV cache's elements (WriteKvCache, PagedAttention): fp32 on the CPU; bf16 (the
+  // default) or fp32 on CUDA. KvCacheElementBytes: its size.
+  virtual DType kv_cache_dtype() const { return DType::kFloat32; }
+  size_t KvCacheElementBytes() const { return kv_cache_dtype() == DType::kFloat32 ? 4 : 2; }
   // Returns new device memory holding the `count` host fp32 values converted to weight_dtype()
   // (free it with Deallocate), or a null ref if the memory cannot be had.
   virtual WeightRef UploadWeight(const float* host, size_t count) {
@@ -201,18 +208,18 @@ class Backend {
 
   // Writes each token's K and V row into the cache at its slot; slot -1 is skipped.
   // k, v [n, kv_width] with row stride `stride`; slots [n] int64; caches as in the file comment.
+  // The caches hold kv_cache_dtype() values (bf16: rounded to nearest even).
   virtual void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                            int32_t n, int32_t kv_width, float* k_cache, float* v_cache) = 0;
+                            int32_t n, int32_t kv_width, void* k_cache, void* v_cache) = 0;
 
   // Causal paged attention: query token t of sequence s attends to positions [0, positions[t]] of
   // s through s's block table (prefill chunks over a cached prefix and decode alike). GQA: query
   // head h reads kv head h / (num_heads / num_kv_heads). Scale 1/sqrt(head_dim).
   // q [num_tokens, num_heads, head_dim] with row stride `q_stride`; out [num_tokens, num_heads *
   // head_dim] contiguous.
-  virtual void PagedAttention(const float* q, int32_t q_stride, const float* k_cache,
-                              const float* v_cache, const AttentionMetadata& meta,
-                              int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                              float* out) = 0;
+  virtual void PagedAttention(const float* q, int32_t q_stride, const void* k_cache,
+                              const void* v_cache, const AttentionMetadata& meta, int32_t num_heads,
+                              int32_t num_kv_heads, int32_t head_dim, float* out) = 0;
 
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, hidden + i].  gate_up [n, 2*hidden], out [n,
   // hidden].

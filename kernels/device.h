@@ -33,6 +33,9 @@ struct CudaBackendOptions {
   // Slower than cuBLAS (no tensor cores); see bench/RESULTS.md. Off by default, as vLLM's
   // VLLM_BATCH_INVARIANT.
   bool batch_invariant = false;
+  // The KV cache's elements (vLLM's --kv-cache-dtype): bf16 (half the bytes and twice the tokens
+  // of fp32; attention reads them widened to fp32 and computes in fp32) or fp32.
+  DType kv_cache_dtype = DType::kBFloat16;
 };
 
 // Benchmarks: the dense bf16 x bf16 -> fp32 (fp32 accumulate) cuBLAS GemmEx rate on device 0 at

@@ -6,8 +6,8 @@
 
 namespace tinyserve {
 
-int64_t ModelRunner::KvBytesPerToken(const ModelConfig& c) {
-  return 2 * static_cast<int64_t>(c.num_layers) * c.kv_dim() * static_cast<int64_t>(sizeof(float));
+int64_t ModelRunner::KvBytesPerToken(const ModelConfig& c, int64_t element_bytes) {
+  return 2 * static_cast<int64_t>(c.num_layers) * c.kv_dim() * element_bytes;
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const LlamaWeights> weights,
@@ -191,18 +191,19 @@ Status ModelRunner::Init() {
   }
   if (options_.num_kv_blocks == 0) TS_RETURN_IF_ERROR(SizeKvCacheFromMemory());
 
-  const int64_t per_layer_floats =
-      2 * static_cast<int64_t>(options_.num_kv_blocks) * options_.block_size * c.kv_dim();
-  kv_cache_ = DeviceBuffer(backend_.get(),
-                           static_cast<size_t>(per_layer_floats) * c.num_layers * sizeof(float));
+  const int64_t element_bytes = static_cast<int64_t>(backend_->KvCacheElementBytes());
+  const int64_t per_layer_bytes = 2 * static_cast<int64_t>(options_.num_kv_blocks) *
+                                  options_.block_size * c.kv_dim() * element_bytes;
+  kv_cache_ = DeviceBuffer(backend_.get(), static_cast<size_t>(per_layer_bytes) * c.num_layers);
   if (!kv_cache_.ok()) {
     return ResourceExhausted("cannot allocate the KV cache (" +
                              std::to_string(options_.num_kv_blocks) + " blocks of " +
                              std::to_string(options_.block_size) + " tokens)");
   }
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    layers_[l].k_cache = kv_cache_.as<float>() + l * per_layer_floats;
-    layers_[l].v_cache = layers_[l].k_cache + per_layer_floats / 2;
+    char* layer = kv_cache_.as<char>() + l * per_layer_bytes;
+    layers_[l].k_cache = layer;
+    layers_[l].v_cache = layer + per_layer_bytes / 2;
   }
   return backend_->Synchronize();
 }
@@ -218,8 +219,9 @@ Status ModelRunner::SizeKvCacheFromMemory() {
   // buffers the backend grows on first use (attention splits, bf16 activations).
   const double budget = options_.gpu_memory_utilization * static_cast<double>(total_bytes) -
                         static_cast<double>(total_bytes - free_bytes) - double{64 << 20};
-  const double block_bytes =
-      static_cast<double>(KvBytesPerToken(config_)) * static_cast<double>(options_.block_size);
+  const double block_bytes = static_cast<double>(KvBytesPerToken(
+                                 config_, static_cast<int64_t>(backend_->KvCacheElementBytes()))) *
+                             static_cast<double>(options_.block_size);
   const double blocks = budget / block_bytes;
   if (blocks < 1.0) {
     return ResourceExhausted(
@@ -309,6 +311,7 @@ bool ModelRunner::AwaitsBitmaskFill() const {
 }
 
 StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
+  backend_->BindToCallingThread();
   sampling_.Apply(batch);
   StatusOr<std::vector<SampleRow>> sample = sampling_.Rows(batch);
   if (!sample.ok()) return sample.status();

@@ -94,8 +94,9 @@ class ModelRunner final : public ModelExecutor {
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
 
-  // Bytes of KV cache one token occupies (all layers, K and V, fp32).
-  static int64_t KvBytesPerToken(const ModelConfig& config);
+  // Bytes of KV cache one token occupies (all layers, K and V) at `element_bytes` an element (4:
+  // fp32, 2: bf16; Backend::KvCacheElementBytes).
+  static int64_t KvBytesPerToken(const ModelConfig& config, int64_t element_bytes = 4);
 
   // The decode batch sizes graphs are recorded for, given max_num_seqs: 1, 2, 4, 8, then multiples
   // of 16 up to max_num_seqs rounded up to 16 (only those up to the first >= max_num_seqs).
@@ -112,8 +113,8 @@ class ModelRunner final : public ModelExecutor {
     const float* ffn_norm;
     WeightRef w13;
     WeightRef w2;
-    float* k_cache;
-    float* v_cache;
+    void* k_cache;  // Backend::kv_cache_dtype() elements
+    void* v_cache;
   };
   // Device inputs of one forward pass.
   struct StepInputs {

@@ -16,11 +16,16 @@
 #                                    # H200 machine (not yet timed on one: no GPU has been lent).
 #   scripts/gpu-check.sh --build-only  # configure + compile only (works without a GPU)
 #
-# Environment: GPU_TEST_TIMEOUT (seconds per test, default 240), GPU_TEST_JOBS (ctest -j, default 1), SANITIZER_TIMEOUT (seconds per
-# compute-sanitizer tool, default 180), SANITIZER_TOOLS (default "memcheck racecheck"), SHARED_DIR (default ./shared if present, else ../shared), CUDA_ARCHS (default:
-# native when nvidia-smi sees a GPU, else "80;90"), BUILD_DIR (default build-gpu), JOBS (default
-# nproc), EXTRA_CMAKE_ARGS (e.g. -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON to prove here that no
-# system package is used).
+# Environment (all optional):
+#   GPU_TEST_TIMEOUT   seconds per test (default 240)     GPU_TEST_JOBS     ctest -j (default 1)
+#   SANITIZER_TOOLS    compute-sanitizer tools (default "memcheck racecheck")
+#   SANITIZER_TIMEOUT  seconds per tool (default 180)
+#   SANITIZER_FILTER   the gtest filter the tools run (default: the kernel tests)
+#   SHARED_DIR         the shared data (default ./shared if present, else ../shared)
+#   CUDA_ARCHS         default: native when nvidia-smi sees a GPU, else "80;90"
+#   BUILD_DIR          default build-gpu                  JOBS              default nproc
+#   EXTRA_CMAKE_ARGS   e.g. -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON, to prove here that no system
+#                      package is used
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -96,7 +101,7 @@ echo "== kernel benchmarks"
 stage "kernels_bench" "$BUILD_DIR/bin/kernels_bench"
 # compute-sanitizer over the kernel tests (not the model tests: minutes under the tools).
 SANITIZER=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
-KERNEL_TESTS='CudaKernelTest.*:*CudaAttention*:*CudaBatchInvariantGemm*:*BackendSampler*'
+KERNEL_TESTS=${SANITIZER_FILTER:-'CudaKernelTest.*:*CudaAttention*:*CudaBatchInvariantGemm*:*BackendSampler*'}
 if [[ -x "$SANITIZER" ]]; then
   for tool in ${SANITIZER_TOOLS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool (kernel tests)"

@@ -4,15 +4,16 @@
 //
 // 1. Device copy bandwidth (cudaMemcpy device to device, 1 GiB; bytes read + written per second)
 //    and the bf16 GEMM rate (cuBLAS, 8192^3, fp32 accumulate and output).
-// 2. Decode paged attention at batch {1, 16, 64} x context {512, 4096}, 32 query / 8 KV heads,
-//    head_dim 64 and 128: K+V bytes read per second, and that as % of the copy bandwidth.
+// 2. Decode paged attention, bf16 and fp32 KV caches, at batch x context 1 x 4k, 1 x 32k, 16 x 4k,
+//    64 x 1k and 64 x 4k, 32 or 64 query heads on 8 KV heads (GQA 4:1 and 8:1), head_dim 64 and
+//    128: K+V bytes read per second, and that as % of the copy bandwidth.
 // 3. One decode step of a Llama-3.2-1B-shaped model with random bf16 weights (hidden 2048, 16
-//    layers, 32/8 heads, intermediate 8192, vocab 128256) at batch 1 and 64 with 1024-token
-//    contexts, eager and with CUDA graphs, against the floor (weight + KV bytes / copy bandwidth).
-//    Each sequence is a registered greedy request and the executor samples it
-//    (ModelRunner::Execute, as under the engine; the CUDA backend still samples on a host copy of
-//    the sampled rows). Each mode with cuBLAS and with the batch-invariant GEMM
-//    (--batch-invariant).
+//    layers, 32/8 heads, intermediate 8192, vocab 128256) at batch 1, 8 and 64 with 1024-token
+//    contexts, eager and with CUDA graphs, bf16 and fp32 KV caches, against the floor (weight + KV
+//    bytes / copy bandwidth).
+//    Each sequence is a registered greedy request and the executor samples it on the device
+//    (ModelRunner::Execute, as under the engine). Modes: cuBLAS eager and with graphs (bf16 KV),
+//    cuBLAS graphs with fp32 KV, and the batch-invariant GEMM (--batch-invariant) with graphs.
 // 4. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 64, 2048}: cuBLAS
 //    against the batch-invariant GEMM, as TFLOP/s and weight GB/s (% of the copy bandwidth).
 // Inputs are random (weights, activations, KV cache), never zeros; every CUDA return is checked
@@ -93,14 +94,37 @@ DeviceBuffer RandomBuffer(Backend& be, size_t count, float scale, uint32_t seed)
   return d;
 }
 
-// Decode attention, every sequence at `context`: K+V bytes / s (mean of 50 calls).
-double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t head_dim) {
-  const int32_t heads = 32, kv_heads = 8, bs = 16;
+// `count` bf16 values uniform in [-1, 1] on `be` (a repeated random tile, as RandomBuffer).
+DeviceBuffer RandomBf16Buffer(Backend& be, size_t count, uint32_t seed) {
+  DeviceBuffer d(&be, count * 2);
+  if (!d.ok()) return d;
+  std::vector<uint16_t> tile(std::min<size_t>(count, 1 << 20));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (uint16_t& x : tile) {
+    const float f = u(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = static_cast<uint16_t>(bits >> 16);
+  }
+  for (size_t off = 0; off < count; off += tile.size()) {
+    be.CopyToDevice(d.as<uint16_t>() + off, tile.data(), std::min(tile.size(), count - off) * 2);
+  }
+  return d;
+}
+
+// Decode attention, every sequence at `context`, on `be`'s KV cache dtype: K+V bytes / s (mean of
+// `iters` calls after one).
+double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t heads,
+                          int32_t kv_heads, int32_t head_dim) {
+  const int32_t bs = 16;
   const int32_t blocks_per_seq = (context + bs - 1) / bs;
   const int32_t num_blocks = batch * blocks_per_seq;
   const size_t kv_width = static_cast<size_t>(kv_heads) * head_dim;
-  DeviceBuffer kc = RandomBuffer(be, static_cast<size_t>(num_blocks) * bs * kv_width, 1.0f, 1);
-  DeviceBuffer vc = RandomBuffer(be, static_cast<size_t>(num_blocks) * bs * kv_width, 1.0f, 2);
+  const size_t elems = static_cast<size_t>(num_blocks) * bs * kv_width;
+  const bool bf16 = be.kv_cache_dtype() == DType::kBFloat16;
+  DeviceBuffer kc = bf16 ? RandomBf16Buffer(be, elems, 1) : RandomBuffer(be, elems, 1.0f, 1);
+  DeviceBuffer vc = bf16 ? RandomBf16Buffer(be, elems, 2) : RandomBuffer(be, elems, 1.0f, 2);
   DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(batch) * heads * head_dim, 1.0f, 3);
   DeviceBuffer out(&be, static_cast<size_t>(batch) * heads * head_dim * 4);
   std::vector<int32_t> positions(batch, context - 1), qs(batch + 1), tables(num_blocks);
@@ -121,7 +145,7 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   meta.max_blocks_per_seq = blocks_per_seq;
   meta.block_size = bs;
   auto run = [&] {
-    be.PagedAttention(q.as<float>(), heads * head_dim, kc.as<float>(), vc.as<float>(), meta, heads,
+    be.PagedAttention(q.as<float>(), heads * head_dim, kc.as<void>(), vc.as<void>(), meta, heads,
                       kv_heads, head_dim, out.as<float>());
   };
   run();
@@ -130,7 +154,7 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) run();
   if (!be.Synchronize().ok()) return 0;
-  const double bytes = 2.0 * batch * context * kv_width * 4;
+  const double bytes = 2.0 * batch * context * kv_width * (bf16 ? 2 : 4);
   return iters * bytes / Seconds(t0, Clock::now());
 }
 
@@ -254,37 +278,49 @@ int Main(int argc, char** argv) {
   std::printf("%-44s %9.0f GB/s\n", "device copy bandwidth (read+write)", bw / 1e9);
   std::printf("%-44s %9.1f TFLOP/s\n", "bf16 GEMM 8192^3 (fp32 accumulate)", gemm / 1e12);
 
-  {
+  for (DType kv : {DType::kBFloat16, DType::kFloat32}) {
     CudaBackendOptions o;
     o.weight_dtype = DType::kFloat32;
+    o.kv_cache_dtype = kv;
     auto be = CreateCudaBackend(o);
     if (!be.ok()) {
       std::fprintf(stderr, "kernels_bench: %s\n", be.status().ToString().c_str());
       return 1;
     }
-    std::printf("\ndecode paged attention, 32 q / 8 kv heads, fp32 KV cache, block 16\n");
-    std::printf("%-8s %-8s %-9s %10s %10s\n", "batch", "context", "head_dim", "GB/s", "% copy");
+    std::printf("\ndecode paged attention, %s KV cache, block 16 (K+V bytes read)\n",
+                DTypeName(kv));
+    std::printf("%-8s %-8s %-9s %-7s %10s %10s\n", "batch", "context", "head_dim", "q:kv", "GB/s",
+                "% copy");
     for (int32_t hd : {64, 128}) {
-      for (int32_t batch : {1, 16, 64}) {
-        for (int32_t ctx : {512, 4096}) {
-          const double g = AttentionBandwidth(**be, batch, ctx, hd);
-          std::printf("%-8d %-8d %-9d %10.0f %9.1f%%\n", batch, ctx, hd, g / 1e9, 100 * g / bw);
+      for (int32_t group : {4, 8}) {
+        for (const auto& [batch, ctx] :
+             {std::pair{1, 4096}, std::pair{1, 32768}, std::pair{16, 4096}, std::pair{64, 1024},
+              std::pair{64, 4096}}) {
+          const double g = AttentionBandwidth(**be, batch, ctx, 8 * group, 8, hd);
+          std::printf("%-8d %-8d %-9d %-7s %10.0f %9.1f%%\n", batch, ctx, hd,
+                      (std::to_string(8 * group) + ":8").c_str(), g / 1e9, 100 * g / bw);
         }
       }
     }
   }
 
-  std::printf("\nLlama-3.2-1B-shaped decode step, bf16 weights, fp32 KV, context 1024\n");
-  std::printf("%-6s %-8s %-10s %10s %10s %8s\n", "batch", "mode", "gemm", "step ms", "floor ms",
-              "x floor");
+  std::printf("\nLlama-3.2-1B-shaped decode step, bf16 weights, context 1024\n");
+  std::printf("%-6s %-8s %-10s %-9s %10s %10s %8s\n", "batch", "mode", "gemm", "KV", "step ms",
+              "floor ms", "x floor");
   std::shared_ptr<const LlamaWeights> weights = RandomLlama1B();
   const ModelConfig config = weights->config;
   const double weight_bytes = 2.0 * static_cast<double>(config.num_parameters());
-  for (const auto& [eager, invariant] : {std::pair{true, false}, std::pair{false, false},
-                                         std::pair{true, true}, std::pair{false, true}}) {
+  struct StepMode {
+    bool eager, invariant;
+    DType kv;
+  };
+  for (const StepMode& m :
+       {StepMode{true, false, DType::kBFloat16}, StepMode{false, false, DType::kBFloat16},
+        StepMode{false, false, DType::kFloat32}, StepMode{false, true, DType::kBFloat16}}) {
     CudaBackendOptions o;
     o.weight_dtype = DType::kBFloat16;
-    o.batch_invariant = invariant;
+    o.batch_invariant = m.invariant;
+    o.kv_cache_dtype = m.kv;
     auto be = CreateCudaBackend(o);
     if (!be.ok()) return 1;
     ModelRunnerOptions ro;
@@ -292,19 +328,20 @@ int Main(int argc, char** argv) {
     ro.max_num_seqs = 64;
     ro.max_num_batched_tokens = 2048;
     ro.num_kv_blocks = 64 * ((1025 + 15) / 16);
-    ro.enforce_eager = eager;
+    ro.enforce_eager = m.eager;
     auto runner = ModelRunner::Create(weights, std::move(be).value(), ro);
     if (!runner.ok()) {
       std::fprintf(stderr, "kernels_bench: %s\n", runner.status().ToString().c_str());
       return 1;
     }
-    for (int32_t batch : {1, 64}) {
+    for (int32_t batch : {1, 8, 64}) {
       const double step = DecodeStep(**runner, batch, 1024, quick ? 5 : 20);
-      const double kv_bytes =
-          static_cast<double>(batch) * 1025 * ModelRunner::KvBytesPerToken(config);
+      const double kv_bytes = static_cast<double>(batch) * 1025 *
+                              ModelRunner::KvBytesPerToken(config, m.kv == DType::kFloat32 ? 4 : 2);
       const double floor = (weight_bytes + kv_bytes) / bw;
-      std::printf("%-6d %-8s %-10s %10.3f %10.3f %8.2f\n", batch, eager ? "eager" : "graphs",
-                  invariant ? "invariant" : "cuBLAS", step * 1e3, floor * 1e3, step / floor);
+      std::printf("%-6d %-8s %-10s %-9s %10.3f %10.3f %8.2f\n", batch, m.eager ? "eager" : "graphs",
+                  m.invariant ? "invariant" : "cuBLAS", DTypeName(m.kv), step * 1e3, floor * 1e3,
+                  step / floor);
     }
   }
 

@@ -211,7 +211,9 @@ class CpuBackend final : public Backend {
   }
 
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
-                    int32_t kv_width, float* k_cache, float* v_cache) override {
+                    int32_t kv_width, void* k_cache_raw, void* v_cache_raw) override {
+    float* k_cache = static_cast<float*>(k_cache_raw);  // kv_cache_dtype(): fp32
+    float* v_cache = static_cast<float*>(v_cache_raw);
     for (int32_t t = 0; t < n; ++t) {
       const int64_t slot = slots[t];
       if (slot < 0) continue;
@@ -222,9 +224,11 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void PagedAttention(const float* q, int32_t q_stride, const float* k_cache, const float* v_cache,
-                      const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
-                      int32_t head_dim, float* out) override {
+  void PagedAttention(const float* q, int32_t q_stride, const void* k_cache_raw,
+                      const void* v_cache_raw, const AttentionMetadata& meta, int32_t num_heads,
+                      int32_t num_kv_heads, int32_t head_dim, float* out) override {
+    const float* k_cache = static_cast<const float*>(k_cache_raw);  // kv_cache_dtype(): fp32
+    const float* v_cache = static_cast<const float*>(v_cache_raw);
     const int32_t kv_mul = num_heads / num_kv_heads;
     const int32_t kv_width = num_kv_heads * head_dim;
     const float denom = std::sqrt(static_cast<float>(head_dim));

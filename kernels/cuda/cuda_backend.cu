@@ -89,11 +89,35 @@ std::string CudaError(const char* what, cudaError_t err) {
          std::to_string(static_cast<int>(err)) + ")";
 }
 
+// The errors that leave the CUDA context unusable (every later call fails with them): a kernel's
+// illegal address, instruction or alignment, an assert, a stack overflow, a launch failure or
+// timeout, an uncorrectable ECC error. Everything else (an allocation that failed, a launch the
+// kernels refused as cudaErrorInvalidValue, a bad configuration) fails the call and no more.
+bool IsStickyCudaError(cudaError_t err) {
+  switch (static_cast<int>(err)) {
+    case 214:  // cudaErrorECCUncorrectable
+    case 700:  // cudaErrorIllegalAddress
+    case 702:  // cudaErrorLaunchTimeout
+    case 709:  // cudaErrorContextIsDestroyed
+    case 710:  // cudaErrorAssert
+    case 714:  // cudaErrorHardwareStackError
+    case 715:  // cudaErrorIllegalInstruction
+    case 716:  // cudaErrorMisalignedAddress
+    case 717:  // cudaErrorInvalidAddressSpace
+    case 718:  // cudaErrorInvalidPc
+    case 719:  // cudaErrorLaunchFailure
+      return true;
+    default:
+      return false;
+  }
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const CudaBackendOptions& options, const CublasApi* blas)
       : device_(options.device),
         dtype_(options.weight_dtype),
+        kv_dtype_(options.kv_cache_dtype),
         batch_invariant_(options.batch_invariant),
         blas_(*blas) {}
 
@@ -142,8 +166,11 @@ class CudaBackend final : public Backend {
 
   std::string name() const override {
     return "cuda (" + device_name_ + ", " + DTypeName(dtype_) + " weights, " +
+           DTypeName(kv_dtype_) + " KV cache, " +
            (batch_invariant_ ? "batch-invariant GEMM" : "cuBLAS") + ")";
   }
+
+  void BindToCallingThread() override { Check(cudaSetDevice(device_), "cudaSetDevice"); }
 
   // ---- memory -----------------------------------------------------------------------------------
   void* Allocate(size_t bytes) override {
@@ -173,9 +200,12 @@ class CudaBackend final : public Backend {
     Check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "D2H copy");
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
+  // Reports the first error since the last call. A recoverable one (an allocation, a launch the
+  // kernels refused, a cuBLAS status) fails this step only: it is reported once and forgotten, and
+  // the backend serves on. A sticky device error is kDeviceLost and stays (the engine dies).
   Status Synchronize() override {
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    return error_;
+    return TakeError();
   }
   bool MemoryInfo(size_t* free_bytes, size_t* total_bytes) const override {
     return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
@@ -183,6 +213,8 @@ class CudaBackend final : public Backend {
 
   // ---- weights ----------------------------------------------------------------------------------
   DType weight_dtype() const override { return dtype_; }
+  DType kv_cache_dtype() const override { return kv_dtype_; }
+  bool kv_bf16() const { return kv_dtype_ == DType::kBFloat16; }
 
   WeightRef UploadWeight(const float* host, size_t count) override {
     if (dtype_ == DType::kFloat32) return Backend::UploadWeight(host, count);
@@ -260,6 +292,10 @@ class CudaBackend final : public Backend {
             "InvariantGemm");
       return;
     }
+    if (cuda::SmallMLinearApplies(x, w.data, m, k)) {  // a weight stream (small_m_linear.cu)
+      Check(cuda::LaunchSmallMLinear(x, w.data, m, n, k, y, stream_), "SmallMLinear");
+      return;
+    }
     const size_t count = static_cast<size_t>(m) * k;
     __nv_bfloat16* xb = static_cast<__nv_bfloat16*>(
         Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
@@ -314,11 +350,12 @@ class CudaBackend final : public Backend {
           "Rope");
   }
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
-                    int32_t kv_width, float* k_cache, float* v_cache) override {
-    Check(cuda::LaunchWriteKvCache(k, v, stride, slots, n, kv_width, k_cache, v_cache, stream_),
+                    int32_t kv_width, void* k_cache, void* v_cache) override {
+    Check(cuda::LaunchWriteKvCache(k, v, stride, slots, n, kv_width, kv_bf16(), k_cache, v_cache,
+                                   stream_),
           "WriteKvCache");
   }
-  void PagedAttention(const float* q, int32_t q_stride, const float* k_cache, const float* v_cache,
+  void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
                       const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
                       int32_t head_dim, float* out) override {
     cuda::PagedAttentionArgs a;
@@ -326,6 +363,7 @@ class CudaBackend final : public Backend {
     a.q_stride = q_stride;
     a.k_cache = k_cache;
     a.v_cache = v_cache;
+    a.kv_bf16 = kv_bf16();
     a.positions = meta.positions;
     a.query_start = meta.query_start;
     a.block_tables = meta.block_tables;
@@ -338,7 +376,7 @@ class CudaBackend final : public Backend {
     a.head_dim = head_dim;
     a.out = out;
     const int32_t splits =
-        cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim,
+        cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim, kv_bf16(),
                                     meta.max_blocks_per_seq * meta.block_size, num_sms_);
     const size_t floats =
         cuda::PagedAttentionScratchFloats(meta.num_tokens, num_heads, head_dim, splits);
@@ -438,13 +476,13 @@ class CudaBackend final : public Backend {
     a.vocab = vocab;
     auto* d_rows = static_cast<cuda::DeviceSampleRow*>(
         Scratch(&d_sample_rows_, &d_sample_rows_bytes_, sizeof(cuda::DeviceSampleRow) * n));
-    if (d_rows == nullptr) return error_;
+    if (d_rows == nullptr) return TakeError();
     CopyToDevice(d_rows, h_rows_.data(), sizeof(cuda::DeviceSampleRow) * n);
     a.rows = d_rows;
     if (!h_ids_.empty()) {
       auto* d_ids = static_cast<int32_t*>(Scratch(&d_ids_, &d_ids_bytes_, 4 * h_ids_.size()));
       auto* d_bias = static_cast<float*>(Scratch(&d_bias_, &d_bias_bytes_, 4 * h_bias_.size()));
-      if (d_ids == nullptr || d_bias == nullptr) return error_;
+      if (d_ids == nullptr || d_bias == nullptr) return TakeError();
       CopyToDevice(d_ids, h_ids_.data(), 4 * h_ids_.size());
       CopyToDevice(d_bias, h_bias_.data(), 4 * h_bias_.size());
       a.ids = d_ids;
@@ -453,7 +491,7 @@ class CudaBackend final : public Backend {
     if (!h_bitmask_.empty()) {
       auto* d_mask = static_cast<uint32_t*>(
           Scratch(&d_bitmask_, &d_bitmask_bytes_, 4 * (h_bitmask_.size() + h_bitmask_row_.size())));
-      if (d_mask == nullptr) return error_;
+      if (d_mask == nullptr) return TakeError();
       // One upload: the masked rows' words, then the per-row index.
       for (int32_t r : h_bitmask_row_) h_bitmask_.push_back(static_cast<uint32_t>(r));
       CopyToDevice(d_mask, h_bitmask_.data(), 4 * h_bitmask_.size());
@@ -466,10 +504,10 @@ class CudaBackend final : public Backend {
     if (processed) {
       a.scratch = static_cast<float*>(Scratch(&d_sample_scratch_, &d_sample_scratch_bytes_,
                                               sizeof(float) * static_cast<size_t>(n) * vocab));
-      if (a.scratch == nullptr) return error_;
+      if (a.scratch == nullptr) return TakeError();
     }
     a.top_stride = top_stride;
-    if (!Results(n, top_stride, &a.results, &a.top)) return error_;
+    if (!Results(n, top_stride, &a.results, &a.top)) return TakeError();
     Check(cuda::LaunchSample(a, n, stream_), "Sample");
     return FetchResults(n, top_stride, out, [&](int32_t i) { return rows[i].spec->num_logprobs; });
   }
@@ -490,7 +528,7 @@ class CudaBackend final : public Backend {
     a.vocab = vocab;
     a.top_stride = top_stride;
     int32_t* d_args = static_cast<int32_t*>(Scratch(&d_ids_, &d_ids_bytes_, 8 * size_t(n)));
-    if (d_args == nullptr || !Results(n, top_stride, &a.results, &a.top)) return error_;
+    if (d_args == nullptr || !Results(n, top_stride, &a.results, &a.top)) return TakeError();
     CopyToDevice(d_args, targets, 4 * size_t(n));
     CopyToDevice(d_args + n, num_top, 4 * size_t(n));
     a.targets = d_args;
@@ -556,7 +594,7 @@ class CudaBackend final : public Backend {
   // ---- graphs -----------------------------------------------------------------------------------
   bool SupportsGraphs() const override { return true; }
   Status BeginGraphCapture() override {
-    if (!error_.ok()) return error_;
+    if (!error_.ok()) return TakeError();
     const cudaError_t err = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
     if (err != cudaSuccess) return Internal(CudaError("cudaStreamBeginCapture", err));
     capturing_ = true;
@@ -571,14 +609,12 @@ class CudaBackend final : public Backend {
     if (err != cudaSuccess) {
       cudaGetLastError();
       if (graph != nullptr) cudaGraphDestroy(graph);
-      static_cast<void>(error_ = Status::Ok());
+      static_cast<void>(TakeError());  // what failed to record, if anything: the capture says it
       return Internal(CudaError("cudaStreamEndCapture", err));
     }
     if (!error_.ok()) {  // an op failed to record
       cudaGraphDestroy(graph);
-      Status failed = std::move(error_);
-      static_cast<void>(error_ = Status::Ok());
-      return failed;
+      return TakeError();
     }
     cudaGraphExec_t exec = nullptr;
     err = cudaGraphInstantiate(&exec, graph, 0);
@@ -595,7 +631,7 @@ class CudaBackend final : public Backend {
       return InvalidArgument("no recorded graph " + std::to_string(id));
     }
     Check(cudaGraphLaunch(graphs_[id], stream_), "cudaGraphLaunch");
-    return error_;
+    return TakeError();
   }
   void ClearGraphs() override {
     for (cudaGraphExec_t g : graphs_) {
@@ -609,8 +645,22 @@ class CudaBackend final : public Backend {
   void SetError(Status s) {
     if (error_.ok()) static_cast<void>(error_ = std::move(s));
   }
+  // The first error since the last one taken, once (a sticky one, kDeviceLost, every time).
+  Status TakeError() {
+    if (error_.ok() || error_.code() == StatusCode::kDeviceLost) return error_;
+    Status failed = std::move(error_);
+    static_cast<void>(error_ = Status::Ok());
+    return failed;
+  }
   void Check(cudaError_t err, const char* what) {
-    if (err != cudaSuccess) SetError(Internal(CudaError(what, err)));
+    if (err == cudaSuccess) return;
+    if (IsStickyCudaError(err)) {
+      // Kept over any recoverable error already recorded: the device is gone.
+      static_cast<void>(error_ = Status(StatusCode::kDeviceLost, CudaError(what, err)));
+      return;
+    }
+    cudaGetLastError();  // a non-sticky error is cleared, so later launches report their own
+    SetError(Internal(CudaError(what, err)));
   }
   void CheckBlas(cublasStatus_t st, const char* what) {
     if (st != CUBLAS_STATUS_SUCCESS) {
@@ -828,6 +878,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const DType dtype_;
+  const DType kv_dtype_;  // the KV cache's elements: fp32 or bf16
   const bool batch_invariant_;
   const CublasApi blas_;
   std::string device_name_;

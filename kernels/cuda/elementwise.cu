@@ -85,15 +85,20 @@ __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_strid
 }
 
 // One block per token.
+__device__ __forceinline__ void StoreKv(float* p, float v) { *p = v; }
+__device__ __forceinline__ void StoreKv(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// KV: float or __nv_bfloat16 (rounded to nearest even).
+template <typename KV>
 __global__ void WriteKvCacheKernel(const float* k, const float* v, int32_t stride,
-                                   const int64_t* slots, int32_t kv_width, float* k_cache,
-                                   float* v_cache) {
+                                   const int64_t* slots, int32_t kv_width, KV* k_cache,
+                                   KV* v_cache) {
   const size_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0) return;  // padding row
   for (int32_t j = threadIdx.x; j < kv_width; j += blockDim.x) {
-    k_cache[slot * kv_width + j] = k[t * stride + j];
-    v_cache[slot * kv_width + j] = v[t * stride + j];
+    StoreKv(k_cache + slot * kv_width + j, k[t * stride + j]);
+    StoreKv(v_cache + slot * kv_width + j, v[t * stride + j]);
   }
 }
 
@@ -168,11 +173,16 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
 }
 
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                               int32_t n, int32_t kv_width, float* k_cache, float* v_cache,
+                               int32_t n, int32_t kv_width, bool bf16, void* k_cache, void* v_cache,
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  TS_LAUNCH(WriteKvCacheKernel, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width, k_cache,
-            v_cache);
+  if (bf16) {
+    TS_LAUNCH(WriteKvCacheKernel<__nv_bfloat16>, n, kRowThreads, 0, stream, k, v, stride, slots,
+              kv_width, static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+  } else {
+    TS_LAUNCH(WriteKvCacheKernel<float>, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width,
+              static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+  }
   return cudaGetLastError();
 }
 

@@ -28,8 +28,9 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                        const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
                        int32_t head_dim, const float* inv_freq, bool neox, cudaStream_t stream);
 
+// The caches hold fp32 or (bf16) __nv_bfloat16 values, rounded to nearest even.
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                               int32_t n, int32_t kv_width, float* k_cache, float* v_cache,
+                               int32_t n, int32_t kv_width, bool bf16, void* k_cache, void* v_cache,
                                cudaStream_t stream);
 
 cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out,
@@ -42,6 +43,15 @@ cudaError_t LaunchAddBias(float* y, const float* bias, int32_t m, int32_t n, cud
 
 // dst[i] = bf16(src[i]) (round to nearest even).  dst is __nv_bfloat16 [count].
 cudaError_t LaunchFloatToBf16(const float* src, size_t count, void* dst, cudaStream_t stream);
+
+// ---- small_m_linear.cu: y [m, n] = x [m, k] w [n, k]^T for decode-sized m, w bf16, x and y fp32
+// (x not rounded), a weight stream with 16-byte loads; each output's order depends on k only.
+constexpr int32_t kSmallMLinearRows = 8;
+// Whether LaunchSmallMLinear takes these: 1 <= m <= kSmallMLinearRows, k % 8 == 0, x and w
+// 16-byte aligned.
+bool SmallMLinearApplies(const float* x, const void* w, int32_t m, int32_t k);
+cudaError_t LaunchSmallMLinear(const float* x, const void* w, int32_t m, int32_t n, int32_t k,
+                               float* y, cudaStream_t stream);
 
 // The batch-invariant GEMM (invariant_gemm.cu): y [m, n] fp32 = x [m, k] fp32 * w [n, k]^T, w fp32
 // or bf16 (`bf16`, widened exactly; x is not rounded). Every y element is one fmaf chain over k in
@@ -59,8 +69,9 @@ cudaError_t LaunchInvariantGemm(const float* x, const void* w, bool bf16, int32_
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
   int32_t q_stride = 0;
-  const float* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache = nullptr;
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v_cache = nullptr;
+  bool kv_bf16 = false;                   // the caches hold __nv_bfloat16 (else float)
   const int32_t* positions = nullptr;     // [num_tokens]
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
@@ -76,7 +87,7 @@ constexpr int32_t kMaxAttentionHeadDim = 256;
 // `num_sms` multiprocessors twice, else one block per split of a `max_context`-long table. Depends
 // only on host-known shapes; the results are the same bits either way.
 int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num_kv_heads,
-                              int32_t head_dim, int32_t max_context, int32_t num_sms);
+                              int32_t head_dim, bool kv_bf16, int32_t max_context, int32_t num_sms);
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
                                    int32_t num_splits);
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_splits, float* scratch,

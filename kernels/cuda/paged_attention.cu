@@ -19,6 +19,7 @@
 // the same whatever else is in the batch and whichever shape the host picks
 // (ChooseAttentionSplits may therefore look at the batch). Every reduction inside a split (warp and
 // block sums, the groups' partials) has a fixed order given head_dim and the split's bounds.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,10 +66,14 @@ struct SplitResult {
 // query in shared memory; table the row's block table; scores [kChunk], partial [kThreads] and
 // red [32] shared scratch. Returns, on thread i < head_dim, dimension i's output (other threads:
 // o = 0), and on every thread m and l. Contains barriers: every thread of the block calls it.
-__device__ __noinline__ SplitResult AttendSplit(
-    const float* k_cache, const float* v_cache, TS_SHARED_PTR(float) sq, const int32_t* table,
-    int32_t bs, int32_t hd, int64_t kv_offset, int64_t kv_width, int32_t start, int32_t end,
-    TS_SHARED_PTR(float) scores, TS_SHARED_PTR(float) partial, TS_SHARED_PTR(float) red) {
+__device__ __forceinline__ float LoadKv(const float* p) { return *p; }
+__device__ __forceinline__ float LoadKv(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+template <typename KV>
+__device__ __noinline__ SplitResult
+AttendSplit(const KV* k_cache, const KV* v_cache, TS_SHARED_PTR(float) sq, const int32_t* table,
+            int32_t bs, int32_t hd, int64_t kv_offset, int64_t kv_width, int32_t start, int32_t end,
+            TS_SHARED_PTR(float) scores, TS_SHARED_PTR(float) partial, TS_SHARED_PTR(float) red) {
   const int tid = threadIdx.x;
   const int lane = tid % 32, warp = tid / 32, num_warps = kThreads / 32;
   const float denom = sqrtf(static_cast<float>(hd));
@@ -81,9 +86,9 @@ __device__ __noinline__ SplitResult AttendSplit(
     const int32_t c1 = min(c0 + kChunk, end);
     for (int32_t p = c0 + warp; p < c1; p += num_warps) {
       const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-      const float* kp = k_cache + slot * kv_width + kv_offset;
+      const KV* kp = k_cache + slot * kv_width + kv_offset;
       float s = 0.0f;
-      for (int32_t j = lane; j < hd; j += 32) s += sq[j] * kp[j];
+      for (int32_t j = lane; j < hd; j += 32) s += sq[j] * LoadKv(kp + j);
       s = WarpSum(s);
       if (lane == 0) scores[p - c0] = s / denom;
     }
@@ -105,7 +110,7 @@ __device__ __noinline__ SplitResult AttendSplit(
     if (g < groups) {
       for (int32_t p = c0 + g; p < c1; p += groups) {
         const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-        acc += scores[p - c0] * v_cache[slot * kv_width + kv_offset + i];
+        acc += scores[p - c0] * LoadKv(v_cache + slot * kv_width + kv_offset + i);
       }
     }
     m_run = m_new;
@@ -151,11 +156,22 @@ constexpr int kVecWarps = kVecThreads / 32;
 constexpr int32_t kVecSplit = 256;  // positions per split
 constexpr int kUnroll = 4;          // keys (or values) per lane in flight
 
-__device__ __forceinline__ void Unpack(uint4 r, float* f) {
+// The elements of one 16-byte vector of the cache: 4 floats or 8 bf16 values.
+template <typename KV>
+constexpr int kVecElems = 16 / static_cast<int>(sizeof(KV));
+
+__device__ __forceinline__ void Unpack(uint4 r, float* f, const float*) {
   f[0] = __uint_as_float(r.x);
   f[1] = __uint_as_float(r.y);
   f[2] = __uint_as_float(r.z);
   f[3] = __uint_as_float(r.w);
+}
+__device__ __forceinline__ void Unpack(uint4 r, float* f, const __nv_bfloat16*) {
+  const unsigned w[4] = {r.x, r.y, r.z, r.w};
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);              // the lower address: element 2i
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);  // element 2i + 1
+  }
 }
 
 // The lanes a key is spread over: the smallest power of two >= nv (vectors a row), at most 32.
@@ -168,7 +184,7 @@ __device__ __forceinline__ int LanesPerKey(int nv) {
 // grid (num_kv_heads * head_chunks, num_tokens, grid_splits), block kVecThreads, dynamic shared
 // memory VecAttentionSharedBytes. kGroup: query heads a block serves (>= the group, or a chunk of
 // it); kRows: 16-byte vectors a lane holds of one row (head_dim <= 128 * kRows).
-template <int kGroup, int kRows>
+template <typename KV, int kGroup, int kRows>
 __global__ void __launch_bounds__(kVecThreads)
     VecAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, int32_t head_chunks,
                        float* scratch) {
@@ -176,7 +192,7 @@ __global__ void __launch_bounds__(kVecThreads)
   TS_SHARED_ARRAY(float, stat, 4 * kGroup);  // this split's max, sum; the running max, sum
   TS_SHARED_DYNAMIC(float, smem);
   const int32_t hd = a.head_dim;
-  const auto scores = smem;                      // [kGroup][kVecSplit]
+  const auto scores = smem;                        // [kGroup][kVecSplit]
   const auto partial = smem + kGroup * kVecSplit;  // [kGroup][hd]: the warps' sum
   const auto run_o = partial + kGroup * hd;        // [kGroup][hd]: the fold of earlier splits
 
@@ -192,25 +208,26 @@ __global__ void __launch_bounds__(kVecThreads)
   if (first >= last) return;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int nv = hd / 4;  // 16-byte vectors a row
+  constexpr int kVec = kVecElems<KV>;
+  const int nv = hd / kVec;  // 16-byte vectors a row
   const int lanes = LanesPerKey(nv), keys_per_warp = 32 / lanes;
   const int sub = lane % lanes, kslot = lane / lanes;
   const int key_slots = kVecWarps * keys_per_warp, my_slot = warp * keys_per_warp + kslot;
   const int32_t seq = SequenceOf(a.query_start, a.num_seqs, t);
   const int32_t* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
   const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
-  const float* k_base = a.k_cache + static_cast<int64_t>(kvh) * hd;
-  const float* v_base = a.v_cache + static_cast<int64_t>(kvh) * hd;
+  const KV* k_base = static_cast<const KV*>(a.k_cache) + static_cast<int64_t>(kvh) * hd;
+  const KV* v_base = static_cast<const KV*>(a.v_cache) + static_cast<int64_t>(kvh) * hd;
   const float denom = sqrtf(static_cast<float>(hd));
 
   // This lane's dimensions of each query head: vectors sub, sub + lanes, ...
-  float q[kGroup][kRows][4];
+  float q[kGroup][kRows][kVec];
   for (int g = 0; g < kGroup; ++g) {
     for (int r = 0; r < kRows; ++r) {
       const int j = sub + r * lanes;
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < kVec; ++e) {
         q[g][r][e] = g < nh && j < nv
-                         ? a.q[static_cast<size_t>(t) * a.q_stride + (h0 + g) * hd + 4 * j + e]
+                         ? a.q[static_cast<size_t>(t) * a.q_stride + (h0 + g) * hd + kVec * j + e]
                          : 0.0f;
       }
     }
@@ -232,10 +249,10 @@ __global__ void __launch_bounds__(kVecThreads)
         const int32_t i = base + u * key_slots + my_slot;
         for (int r = 0; r < kRows; ++r) {
           const int j = sub + r * lanes;
-          raw[u][r] = i < n && j < nv ? *reinterpret_cast<const uint4*>(
-                                            k_base + static_cast<int64_t>(slots[i]) * kv_width +
-                                            4 * j)
-                                      : uint4{0, 0, 0, 0};
+          raw[u][r] = i < n && j < nv
+                          ? *reinterpret_cast<const uint4*>(
+                                k_base + static_cast<int64_t>(slots[i]) * kv_width + kVec * j)
+                          : uint4{0, 0, 0, 0};
         }
       }
       for (int u = 0; u < kUnroll; ++u) {
@@ -243,10 +260,10 @@ __global__ void __launch_bounds__(kVecThreads)
         float part[kGroup];
         for (int g = 0; g < kGroup; ++g) part[g] = 0.0f;
         for (int r = 0; r < kRows; ++r) {
-          float k[4];
-          Unpack(raw[u][r], k);
+          float k[kVec];
+          Unpack(raw[u][r], k, k_base);
           for (int g = 0; g < kGroup; ++g) {
-            for (int e = 0; e < 4; ++e) part[g] = __fmaf_rn(q[g][r][e], k[e], part[g]);
+            for (int e = 0; e < kVec; ++e) part[g] = __fmaf_rn(q[g][r][e], k[e], part[g]);
           }
         }
         for (int o = lanes / 2; o > 0; o /= 2) {
@@ -278,11 +295,11 @@ __global__ void __launch_bounds__(kVecThreads)
     }
     __syncthreads();
 
-    // Values: the same key slots; acc[g][r][e] is dimension 4 (sub + r * lanes) + e of head g.
-    float acc[kGroup][kRows][4];
+    // Values: the same key slots; acc[g][r][e] is dimension kVec (sub + r * lanes) + e of head g.
+    float acc[kGroup][kRows][kVec];
     for (int g = 0; g < kGroup; ++g) {
       for (int r = 0; r < kRows; ++r) {
-        for (int e = 0; e < 4; ++e) acc[g][r][e] = 0.0f;
+        for (int e = 0; e < kVec; ++e) acc[g][r][e] = 0.0f;
       }
     }
     for (int32_t base = 0; base < n; base += key_slots * kUnroll) {
@@ -291,10 +308,10 @@ __global__ void __launch_bounds__(kVecThreads)
         const int32_t i = base + u * key_slots + my_slot;
         for (int r = 0; r < kRows; ++r) {
           const int j = sub + r * lanes;
-          raw[u][r] = i < n && j < nv ? *reinterpret_cast<const uint4*>(
-                                            v_base + static_cast<int64_t>(slots[i]) * kv_width +
-                                            4 * j)
-                                      : uint4{0, 0, 0, 0};
+          raw[u][r] = i < n && j < nv
+                          ? *reinterpret_cast<const uint4*>(
+                                v_base + static_cast<int64_t>(slots[i]) * kv_width + kVec * j)
+                          : uint4{0, 0, 0, 0};
         }
       }
       for (int u = 0; u < kUnroll; ++u) {
@@ -303,9 +320,9 @@ __global__ void __launch_bounds__(kVecThreads)
         for (int g = 0; g < nh; ++g) {
           const float p = scores[g * kVecSplit + i];
           for (int r = 0; r < kRows; ++r) {
-            float v[4];
-            Unpack(raw[u][r], v);
-            for (int e = 0; e < 4; ++e) acc[g][r][e] = __fmaf_rn(p, v[e], acc[g][r][e]);
+            float v[kVec];
+            Unpack(raw[u][r], v, v_base);
+            for (int e = 0; e < kVec; ++e) acc[g][r][e] = __fmaf_rn(p, v[e], acc[g][r][e]);
           }
         }
       }
@@ -314,7 +331,9 @@ __global__ void __launch_bounds__(kVecThreads)
     for (int o = lanes; o < 32; o *= 2) {
       for (int g = 0; g < kGroup; ++g) {
         for (int r = 0; r < kRows; ++r) {
-          for (int e = 0; e < 4; ++e) acc[g][r][e] += __shfl_xor_sync(0xffffffffu, acc[g][r][e], o);
+          for (int e = 0; e < kVec; ++e) {
+            acc[g][r][e] += __shfl_xor_sync(0xffffffffu, acc[g][r][e], o);
+          }
         }
       }
     }
@@ -324,8 +343,8 @@ __global__ void __launch_bounds__(kVecThreads)
           for (int r = 0; r < kRows; ++r) {
             const int j = sub + r * lanes;
             if (j >= nv) continue;
-            for (int e = 0; e < 4; ++e) {
-              const int d = g * hd + 4 * j + e;
+            for (int e = 0; e < kVec; ++e) {
+              const int d = g * hd + kVec * j + e;
               partial[d] = w == 0 ? acc[g][r][e] : partial[d] + acc[g][r][e];
             }
           }
@@ -339,17 +358,16 @@ __global__ void __launch_bounds__(kVecThreads)
       const int g = d / hd;
       const SplitResult split{partial[d] / stat[kGroup + g], stat[g], stat[kGroup + g]};
       const SplitResult r =
-          s == first ? split : FoldSplit({run_o[d], stat[2 * kGroup + g], stat[3 * kGroup + g]},
-                                         split);
+          s == first ? split
+                     : FoldSplit({run_o[d], stat[2 * kGroup + g], stat[3 * kGroup + g]}, split);
       run_o[d] = r.o;
     }
     __syncthreads();  // every thread has read the running max and sum
     if (tid < nh) {
       const SplitResult split{0.0f, stat[tid], stat[kGroup + tid]};
-      const SplitResult r = s == first ? split
-                                       : FoldSplit({0.0f, stat[2 * kGroup + tid],
-                                                    stat[3 * kGroup + tid]},
-                                                   split);
+      const SplitResult r =
+          s == first ? split
+                     : FoldSplit({0.0f, stat[2 * kGroup + tid], stat[3 * kGroup + tid]}, split);
       stat[2 * kGroup + tid] = r.m;
       stat[3 * kGroup + tid] = r.l;
     }
@@ -367,19 +385,18 @@ __global__ void __launch_bounds__(kVecThreads)
       scratch[(row * grid_splits + z) * hd + i] = run_o[d];
       if (i == 0) {
         scratch[total_rows * grid_splits * hd + row * grid_splits + z] = stat[2 * kGroup + g];
-        scratch[total_rows * grid_splits * (hd + 1) + row * grid_splits + z] =
-            stat[3 * kGroup + g];
+        scratch[total_rows * grid_splits * (hd + 1) + row * grid_splits + z] = stat[3 * kGroup + g];
       }
     }
   }
 }
 
-template <int kGroup, int kRows>
+template <typename KV, int kGroup, int kRows>
 void LaunchVec(dim3 grid, size_t smem, cudaStream_t stream, const PagedAttentionArgs& a,
                int32_t num_splits, int32_t chunks, float* scratch) {
-  // (A name for the launch macro, whose arguments cannot hold the template's comma; GCC calls it
+  // (A name for the launch macro, whose arguments cannot hold the template's commas; GCC calls it
   // unused, as the host build's lambda reads it without a capture.)
-  [[maybe_unused]] static constexpr auto* vec_attention = &VecAttentionKernel<kGroup, kRows>;
+  [[maybe_unused]] static constexpr auto* vec_attention = &VecAttentionKernel<KV, kGroup, kRows>;
   TS_LAUNCH(vec_attention, grid, kVecThreads, smem, stream, a, num_splits, chunks, scratch);
 }
 
@@ -391,6 +408,7 @@ size_t VecAttentionSharedBytes(int group, int32_t head_dim) {
 // all of its row's splits; else block z attends split z and, for rows of more than one split,
 // writes it to scratch: out [tokens, heads, grid_splits, head_dim] | max, sum [tokens, heads,
 // grid_splits].
+template <typename KV>
 __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, float* scratch) {
   TS_SHARED_ARRAY(float, sq, kMaxAttentionHeadDim);
   TS_SHARED_ARRAY(float, scores, kChunk);
@@ -419,8 +437,9 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
   SplitResult r{};
   for (int32_t s = first; s < last; ++s) {
     const SplitResult split =
-        AttendSplit(a.k_cache, a.v_cache, sq, table, a.block_size, hd, kvh * hd, kv_width,
-                    s * kSplitLength, min((s + 1) * kSplitLength, len), scores, partial, red);
+        AttendSplit(static_cast<const KV*>(a.k_cache), static_cast<const KV*>(a.v_cache), sq, table,
+                    a.block_size, hd, kvh * hd, kv_width, s * kSplitLength,
+                    min((s + 1) * kSplitLength, len), scores, partial, red);
     r = s == first ? split : FoldSplit(r, split);
   }
   if (grid_splits == 1 || row_splits == 1) {
@@ -458,8 +477,11 @@ __global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, int
   a.out[row * hd + i] = r.o;
 }
 
-bool UsesVecKernel(int32_t head_dim, const void* k_cache, const void* v_cache) {
-  return head_dim % 4 == 0 && head_dim > 0 && head_dim <= 2 * 128 &&
+// The vectorized kernel takes rows of whole 16-byte vectors (head_dim a multiple of 4 for fp32, 8
+// for bf16), at most two vectors a lane, on 16-byte aligned caches.
+bool UsesVecKernel(int32_t head_dim, bool bf16, const void* k_cache, const void* v_cache) {
+  const int32_t vec = bf16 ? 8 : 4;
+  return head_dim > 0 && head_dim % vec == 0 && head_dim <= 2 * 32 * vec &&
          reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
 }
@@ -473,10 +495,11 @@ int32_t SplitLength(bool vec) { return vec ? kVecSplit : kSplitLength; }
 }  // namespace
 
 int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num_kv_heads,
-                              int32_t head_dim, int32_t max_context, int32_t num_sms) {
+                              int32_t head_dim, bool kv_bf16, int32_t max_context,
+                              int32_t num_sms) {
   // Both shapes give the same bits (see the top of the file); this only picks the faster one.
-  // The vectorized kernel's caches are cudaMalloc-ed (aligned): only head_dim decides here.
-  const bool vec = head_dim % 4 == 0 && head_dim <= 256;
+  // The caches are cudaMalloc-ed (aligned): head_dim and the dtype decide the kernel.
+  const bool vec = head_dim % (kv_bf16 ? 8 : 4) == 0 && head_dim <= 256;
   const int32_t split = SplitLength(vec);
   const int32_t widest = std::max<int32_t>(1, (max_context + split - 1) / split);
   if (!vec) {
@@ -503,11 +526,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
       a.num_heads > 65535 || a.num_tokens > 65535) {
     return cudaErrorInvalidValue;
   }
-  const bool vec = UsesVecKernel(a.head_dim, a.k_cache, a.v_cache);
+  const bool vec = UsesVecKernel(a.head_dim, a.kv_bf16, a.k_cache, a.v_cache);
   const int32_t split = SplitLength(vec);
   // One block per split needs a block for every split of the widest table (1: one per row).
-  const int64_t widest = (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size + split - 1) /
-                         split;
+  const int64_t widest =
+      (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size + split - 1) / split;
   if (num_splits > 1 && num_splits < widest) return cudaErrorInvalidValue;
   if (vec) {
     const int32_t group = a.num_heads / a.num_kv_heads;
@@ -515,36 +538,57 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     const int32_t chunks = (group + kg - 1) / kg;
     const dim3 grid(a.num_kv_heads * chunks, a.num_tokens, num_splits);
     const size_t smem = VecAttentionSharedBytes(kg, a.head_dim);
-    const bool two_rows = a.head_dim > 128;
-switch (kg * 10 + (two_rows ? 2 : 1)) {
-      case 11:
-        LaunchVec<1, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      case 12:
-        LaunchVec<1, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      case 21:
-        LaunchVec<2, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      case 22:
-        LaunchVec<2, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      case 41:
-        LaunchVec<4, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      case 42:
-        LaunchVec<4, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      case 81:
-        LaunchVec<8, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
-      default:
-        LaunchVec<8, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-        break;
+    if (a.kv_bf16) {  // one vector a lane: head_dim <= 256
+      switch (kg) {
+        case 1:
+          LaunchVec<__nv_bfloat16, 1, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 2:
+          LaunchVec<__nv_bfloat16, 2, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 4:
+          LaunchVec<__nv_bfloat16, 4, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        default:
+          LaunchVec<__nv_bfloat16, 8, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+      }
+    } else {
+      switch (kg * 10 + (a.head_dim > 128 ? 2 : 1)) {
+        case 11:
+          LaunchVec<float, 1, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 12:
+          LaunchVec<float, 1, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 21:
+          LaunchVec<float, 2, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 22:
+          LaunchVec<float, 2, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 41:
+          LaunchVec<float, 4, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 42:
+          LaunchVec<float, 4, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        case 81:
+          LaunchVec<float, 8, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+        default:
+          LaunchVec<float, 8, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
+          break;
+      }
     }
   } else {
     const dim3 grid(a.num_heads, a.num_tokens, num_splits);
-    TS_LAUNCH(PagedAttentionKernel, grid, kThreads, 0, stream, a, num_splits, scratch);
+    if (a.kv_bf16) {
+      TS_LAUNCH(PagedAttentionKernel<__nv_bfloat16>, grid, kThreads, 0, stream, a, num_splits,
+                scratch);
+    } else {
+      TS_LAUNCH(PagedAttentionKernel<float>, grid, kThreads, 0, stream, a, num_splits, scratch);
+    }
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || num_splits == 1) return err;

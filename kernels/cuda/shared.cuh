@@ -8,8 +8,8 @@
 //   TS_SHARED_DYNAMIC(float, smem);    extern __shared__ float smem[];  (the launch's bytes)
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime.h>
+#include <cstdint>
 
 #if defined(__CUDACC__)
 #define TS_SHARED_ARRAY(type, name, count) __shared__ type name[count]

@@ -10,8 +10,8 @@
 // Immutable after Create; thread-safe.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>

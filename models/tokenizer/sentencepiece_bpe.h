@@ -12,8 +12,8 @@
 // Immutable after construction; thread-safe.
 #pragma once
 
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>

@@ -2,8 +2,8 @@
 // drain loop every harness runs.
 #pragma once
 
-#include <cstdint>
 #include <gtest/gtest.h>
+#include <cstdint>
 
 #include <map>
 #include <memory>

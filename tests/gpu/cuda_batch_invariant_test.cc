@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <ostream>
@@ -278,7 +279,6 @@ INSTANTIATE_TEST_SUITE_P(
       return param_info.param.name;
     });
 
-
 // The two launch shapes of cuda::LaunchPagedAttention (one block per row, folding its splits; one
 // block per split and a merge kernel) give the same bits for every row, whatever the group size
 // (1, 2, 4, 7, 8, 16 query heads per KV head), head_dim (both kernels) and block size, over a
@@ -286,6 +286,7 @@ INSTANTIATE_TEST_SUITE_P(
 struct LaunchShapeCase {
   std::string name;
   int32_t block_size, num_heads, num_kv_heads, head_dim;
+  bool bf16 = false;  // a bf16 cache
 };
 void PrintTo(const LaunchShapeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -331,8 +332,23 @@ TEST_P(CudaAttentionLaunchShapeTest, OneBlockPerRowAndOneBlockPerSplitAgreeBitwi
   cuda::PagedAttentionArgs a;
   a.q = DeviceCopy(Random(rng, static_cast<size_t>(num_tokens) * q_width, -2.0f, 2.0f));
   a.q_stride = q_width;
-  a.k_cache = DeviceCopy(Random(rng, cache));
-  a.v_cache = DeviceCopy(Random(rng, cache));
+  auto bf16_bits = [](const std::vector<float>& v) {  // the upper halves: truncated, any bf16
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &v[i], 4);
+      b[i] = static_cast<uint16_t>(u >> 16);
+    }
+    return b;
+  };
+  a.kv_bf16 = c.bf16;
+  if (c.bf16) {
+    a.k_cache = DeviceCopy(bf16_bits(Random(rng, cache)));
+    a.v_cache = DeviceCopy(bf16_bits(Random(rng, cache)));
+  } else {
+    a.k_cache = DeviceCopy(Random(rng, cache));
+    a.v_cache = DeviceCopy(Random(rng, cache));
+  }
   a.positions = DeviceCopy(positions);
   a.query_start = DeviceCopy(query_start);
   a.block_tables = DeviceCopy(tables);
@@ -363,25 +379,28 @@ TEST_P(CudaAttentionLaunchShapeTest, OneBlockPerRowAndOneBlockPerSplitAgreeBitwi
   const int32_t widest = (width * bs + 255) / 256;
   EXPECT_TRUE(Bitwise(run(widest), per_row)) << widest << " splits";
   EXPECT_TRUE(Bitwise(run(widest + 3), per_row)) << widest + 3 << " splits";
-  for (const void* p : {static_cast<const void*>(a.q), static_cast<const void*>(a.k_cache),
-                        static_cast<const void*>(a.v_cache), static_cast<const void*>(a.positions),
-                        static_cast<const void*>(a.query_start),
-                        static_cast<const void*>(a.block_tables)}) {
+  for (const void* p :
+       {static_cast<const void*>(a.q), static_cast<const void*>(a.k_cache),
+        static_cast<const void*>(a.v_cache), static_cast<const void*>(a.positions),
+        static_cast<const void*>(a.query_start), static_cast<const void*>(a.block_tables)}) {
     cudaFree(const_cast<void*>(p));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionLaunchShapeTest,
-    ::testing::Values(LaunchShapeCase{"MhaBs16Hd64", 16, 4, 4, 64},
-                      LaunchShapeCase{"Gqa2Bs1Hd128", 1, 4, 2, 128},
-                      LaunchShapeCase{"Gqa4Bs16Hd128", 16, 8, 2, 128},
-                      LaunchShapeCase{"Gqa7Bs8Hd80", 8, 14, 2, 80},
-                      LaunchShapeCase{"Gqa8Bs32Hd256", 32, 8, 1, 256},
-                      LaunchShapeCase{"Gqa16Bs16Hd8", 16, 16, 1, 8},
-                      LaunchShapeCase{"GenericHd6Bs4", 4, 4, 2, 6},
-                      LaunchShapeCase{"Hd36Bs16", 16, 2, 1, 36},
-                      LaunchShapeCase{"GenericHd10Bs16", 16, 6, 3, 10}),
+    ::testing::Values(
+        LaunchShapeCase{"MhaBs16Hd64", 16, 4, 4, 64}, LaunchShapeCase{"Gqa2Bs1Hd128", 1, 4, 2, 128},
+        LaunchShapeCase{"Gqa4Bs16Hd128", 16, 8, 2, 128},
+        LaunchShapeCase{"Gqa7Bs8Hd80", 8, 14, 2, 80},
+        LaunchShapeCase{"Gqa8Bs32Hd256", 32, 8, 1, 256},
+        LaunchShapeCase{"Gqa16Bs16Hd8", 16, 16, 1, 8}, LaunchShapeCase{"GenericHd6Bs4", 4, 4, 2, 6},
+        LaunchShapeCase{"Hd36Bs16", 16, 2, 1, 36}, LaunchShapeCase{"GenericHd10Bs16", 16, 6, 3, 10},
+        LaunchShapeCase{"Bf16Gqa4Bs16Hd128", 16, 8, 2, 128, true},
+        LaunchShapeCase{"Bf16Gqa7Bs8Hd64", 8, 14, 2, 64, true},
+        LaunchShapeCase{"Bf16Gqa16Bs16Hd256", 16, 16, 1, 256, true},
+        LaunchShapeCase{"Bf16Hd8Bs1", 1, 2, 1, 8, true},
+        LaunchShapeCase{"Bf16GenericHd36Bs16", 16, 4, 2, 36, true}),
     [](const ::testing::TestParamInfo<LaunchShapeCase>& param_info) {
       return param_info.param.name;
     });

@@ -5,12 +5,14 @@
 // bit; arithmetic with |gpu - cpu| <= atol + rtol * |cpu|. Skips without a CUDA device.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <ostream>
 #include <random>
 #include <utility>
 
+#include "kernels/cuda/ops.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tinyserve {
@@ -185,6 +187,54 @@ TEST_F(CudaKernelTest, WriteKvCacheSkipsPaddingRowsAndTouchesNothingElse) {
   EXPECT_TRUE(Bitwise(FromGpu(vc), FromCpu(vc)));
 }
 
+// A bf16 cache holds each value rounded to nearest, ties to even (as __float2bfloat16_rn); padding
+// rows write nothing.
+TEST_F(CudaKernelTest, WriteKvCacheRoundsToBf16) {
+  gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, DType::kBFloat16);
+  ASSERT_NE(gpu_, nullptr);
+  std::mt19937 rng(15);
+  const int32_t rows = 9, kv_width = 24, stride = 2 * kv_width;
+  std::vector<float> kv = Random(rng, static_cast<size_t>(rows) * stride, -3.0f, 3.0f);
+  // Ties: halfway between two bf16 values, rounding to the even one (down here, then up).
+  const uint32_t tie_down = 0x3f808000u, tie_up = 0x3f818000u;
+  std::memcpy(&kv[1], &tie_down, 4);
+  std::memcpy(&kv[2], &tie_up, 4);
+  std::vector<int64_t> slots = {4, 0, -1, 7, 1, 2, 3, 5, 6};
+  Twin d_kv = Put(kv), d_slots = Put(slots);
+  const size_t cache = static_cast<size_t>(rows) * kv_width;
+  DeviceBuffer k16(gpu_.get(), cache * 2), v16(gpu_.get(), cache * 2);
+  const std::vector<uint16_t> poison(cache, 0x7fc1);
+  gpu_->CopyToDevice(k16.as<void>(), poison.data(), cache * 2);
+  gpu_->CopyToDevice(v16.as<void>(), poison.data(), cache * 2);
+  gpu_->WriteKvCache(d_kv.g<float>(), d_kv.g<float>() + kv_width, stride, d_slots.g<int64_t>(),
+                     rows, kv_width, k16.as<void>(), v16.as<void>());
+  std::vector<uint16_t> got_k(cache), got_v(cache);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  gpu_->CopyToHost(got_k.data(), k16.as<void>(), cache * 2);
+  gpu_->CopyToHost(got_v.data(), v16.as<void>(), cache * 2);
+  auto bits = [](float x) {
+    const float r = RoundToBf16(x);
+    uint32_t u;
+    std::memcpy(&u, &r, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  EXPECT_EQ(got_k[kv_width * 4 + 1], 0x3f80);  // the row of slot 4 is row 0
+  EXPECT_EQ(got_k[kv_width * 4 + 2], 0x3f82);
+  std::vector<bool> written(rows, false);
+  for (int32_t t = 0; t < rows; ++t) {
+    if (slots[t] < 0) continue;
+    written[slots[t]] = true;
+    for (int32_t j = 0; j < kv_width; ++j) {
+      ASSERT_EQ(got_k[slots[t] * kv_width + j], bits(kv[t * stride + j])) << t << " " << j;
+      ASSERT_EQ(got_v[slots[t] * kv_width + j], bits(kv[t * stride + kv_width + j])) << t;
+    }
+  }
+  for (int32_t r = 0; r < rows; ++r) {
+    if (written[r]) continue;
+    for (int32_t j = 0; j < kv_width; ++j) EXPECT_EQ(got_k[r * kv_width + j], 0x7fc1);
+  }
+}
+
 struct AttentionCase {
   std::string name;
   int32_t block_size, num_heads, num_kv_heads, head_dim;
@@ -194,9 +244,22 @@ struct AttentionCase {
 void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
 
 class CudaAttentionTest : public CudaKernelTest,
-                          public ::testing::WithParamInterface<AttentionCase> {};
+                          public ::testing::WithParamInterface<AttentionCase> {
+ protected:
+  // The CPU's fp32 cache against the CUDA backend's (bf16_cache: a bf16 cache written by its
+  // WriteKvCache from the same fp32 rows, and the CPU given those rows rounded to bf16).
+  void CheckAgainstTheCpu(bool bf16_cache);
+};
 
-TEST_P(CudaAttentionTest, MatchesTheCpu) {
+TEST_P(CudaAttentionTest, MatchesTheCpu) { CheckAgainstTheCpu(false); }
+TEST_P(CudaAttentionTest, MatchesTheCpuOnABf16Cache) { CheckAgainstTheCpu(true); }
+
+void CudaAttentionTest::CheckAgainstTheCpu(bool bf16_cache) {
+  if (bf16_cache) {
+    gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, DType::kBFloat16);
+    ASSERT_NE(gpu_, nullptr);
+    ASSERT_EQ(gpu_->kv_cache_dtype(), DType::kBFloat16);
+  }
   const AttentionCase& c = GetParam();
   std::mt19937 rng(6);
   const int32_t bs = c.block_size, hd = c.head_dim;
@@ -226,7 +289,21 @@ TEST_P(CudaAttentionTest, MatchesTheCpu) {
     query_start.push_back(query_start.back() + fresh);
   }
   const size_t cache = static_cast<size_t>(total_blocks) * bs * kv_width;
-  Twin kc = Put(Random(rng, cache)), vc = Put(Random(rng, cache));
+  const std::vector<float> kh = Random(rng, cache), vh = Random(rng, cache);
+  Twin kc = Put(bf16_cache ? RoundToBf16(kh) : kh), vc = Put(bf16_cache ? RoundToBf16(vh) : vh);
+  DeviceBuffer k16, v16;  // the bf16 cache, every slot written by WriteKvCache
+  if (bf16_cache) {
+    const int32_t rows = total_blocks * bs;
+    std::vector<int64_t> slots(rows);
+    std::iota(slots.begin(), slots.end(), 0);
+    Twin d_slots = Put(slots);
+    k16 = DeviceBuffer(gpu_.get(), cache * 2);
+    v16 = DeviceBuffer(gpu_.get(), cache * 2);
+    gpu_->WriteKvCache(kc.g<float>(), vc.g<float>(), kv_width, d_slots.g<int64_t>(), rows, kv_width,
+                       k16.as<void>(), v16.as<void>());
+    // kc.g holds the rounded rows; writing them to bf16 is exact, as from the unrounded ones.
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+  }
   Twin q = Put(Random(rng, static_cast<size_t>(num_tokens) * q_stride, -2.0f, 2.0f));
   Twin d_pos = Put(positions), d_qs = Put(query_start), d_tables = Put(tables);
   Twin out = Poisoned(static_cast<size_t>(num_tokens) * c.num_heads * hd);
@@ -240,10 +317,10 @@ TEST_P(CudaAttentionTest, MatchesTheCpu) {
     meta.block_tables = on_cpu ? d_tables.c<int32_t>() : d_tables.g<int32_t>();
     meta.max_blocks_per_seq = max_blocks;
     meta.block_size = bs;
-    b->PagedAttention(on_cpu ? q.c<float>() : q.g<float>(), q_stride,
-                      on_cpu ? kc.c<float>() : kc.g<float>(),
-                      on_cpu ? vc.c<float>() : vc.g<float>(), meta, c.num_heads, c.num_kv_heads, hd,
-                      on_cpu ? out.c<float>() : out.g<float>());
+    const void* k = on_cpu ? kc.c<void>() : bf16_cache ? k16.as<void>() : kc.g<void>();
+    const void* v = on_cpu ? vc.c<void>() : bf16_cache ? v16.as<void>() : vc.g<void>();
+    b->PagedAttention(on_cpu ? q.c<float>() : q.g<float>(), q_stride, k, v, meta, c.num_heads,
+                      c.num_kv_heads, hd, on_cpu ? out.c<float>() : out.g<float>());
   }
   EXPECT_TRUE(Close(FromGpu(out), FromCpu(out), 2e-5, 1e-4));
 }
@@ -344,6 +421,73 @@ TEST_F(CudaKernelTest, GemmAndLinearMatchTheCpuInFp32AndBf16) {
     EXPECT_TRUE(Close(got, FromCpu(yr), 2e-4, 1e-4));
     bf16->Deallocate(const_cast<void*>(wb.data));
   }
+}
+
+// Decode-sized Linear on bf16 weights (small_m_linear.cu, m <= 8, k % 8 == 0): x stays fp32, so
+// the CPU on x and the bf16-rounded w is the reference up to summation order; and a row's result is
+// the same bits for every m from 1 to 8 (its order depends on k alone). Awkward n (a partial warp
+// of rows, a partial block) and k (a partial 256-column step, one step).
+TEST_F(CudaKernelTest, SmallMLinearMatchesTheCpuAndARowIsTheSameForEveryM) {
+  std::unique_ptr<Backend> bf16 = MakeCudaBackend(DType::kBFloat16);
+  ASSERT_NE(bf16, nullptr);
+  std::mt19937 rng(12);
+  std::vector<std::pair<int32_t, int32_t>> shapes = {{1, 8}, {7, 24}, {33, 264}, {130, 1032}};
+  if (!kOnHostLayer) shapes.push_back({2048, 2048});
+  for (const auto& [n, k] : shapes) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
+    const std::vector<float> xh = Random(rng, static_cast<size_t>(8) * k);
+    const std::vector<float> wh = Random(rng, static_cast<size_t>(n) * k);
+    Twin x = Put(xh), wr = Put(RoundToBf16(wh)), want = Poisoned(static_cast<size_t>(8) * n);
+    cpu_->Gemm(x.c<float>(), wr.c<float>(), 8, n, k, want.c<float>());
+    const std::vector<float> ref = FromCpu(want);
+    const WeightRef wb = bf16->UploadWeight(wh.data(), wh.size());
+    ASSERT_NE(wb.data, nullptr);
+    DeviceBuffer dx(bf16.get(), xh.size() * 4), dy(bf16.get(), ref.size() * 4);
+    bf16->CopyToDevice(dx.as<void>(), xh.data(), xh.size() * 4);
+    std::vector<float> first_row;
+    for (int32_t m = 1; m <= 8; ++m) {
+      SCOPED_TRACE("m=" + std::to_string(m));
+      ASSERT_TRUE(cuda::SmallMLinearApplies(dx.as<float>(), wb.data, m, k));
+      const std::vector<float> nan(static_cast<size_t>(m) * n, kNan);
+      bf16->CopyToDevice(dy.as<void>(), nan.data(), nan.size() * 4);
+      bf16->Linear(dx.as<float>(), wb, m, n, k, dy.as<float>());
+      ASSERT_TRUE(bf16->Synchronize().ok());
+      std::vector<float> got(nan.size());
+      bf16->CopyToHost(got.data(), dy.as<void>(), got.size() * 4);
+      EXPECT_TRUE(
+          Close(got, std::vector<float>(ref.begin(), ref.begin() + got.size()), 2e-4, 1e-4));
+      const std::vector<float> row(got.begin(), got.begin() + n);
+      if (m == 1) {
+        first_row = row;
+      } else {
+        EXPECT_TRUE(Bitwise(row, first_row));
+      }
+    }
+    bf16->Deallocate(const_cast<void*>(wb.data));
+  }
+}
+
+// A launch the kernels refuse (here attention with no KV heads) fails the step that made it: the
+// next Synchronize reports it once, and the backend serves on (issue 19 item 5; a sticky device
+// error would be kDeviceLost instead, and stay).
+TEST_F(CudaKernelTest, ARefusedLaunchFailsOneStepAndTheBackendServesOn) {
+  std::mt19937 rng(13);
+  Twin x = Put(Random(rng, 2 * 64)), out = Poisoned(64);
+  AttentionMetadata meta;  // never read: the launch is refused first
+  meta.num_tokens = 1;
+  meta.num_seqs = 1;
+  meta.block_size = 16;
+  meta.max_blocks_per_seq = 1;
+  gpu_->PagedAttention(x.g<float>(), 64, x.g<void>(), x.g<void>(), meta, 4, /*num_kv_heads=*/0, 16,
+                       out.g<float>());
+  const Status failed = gpu_->Synchronize();
+  EXPECT_EQ(failed.code(), StatusCode::kInternal) << failed.ToString();
+  EXPECT_NE(failed.message().find("PagedAttention"), std::string::npos) << failed.ToString();
+  EXPECT_TRUE(gpu_->Synchronize().ok()) << "reported once";
+  cpu_->SiluAndMul(x.c<float>(), 1, 64, out.c<float>());
+  gpu_->SiluAndMul(x.g<float>(), 1, 64, out.g<float>());
+  EXPECT_TRUE(Close(FromGpu(out), FromCpu(out), 1e-6, 1e-6));
+  EXPECT_TRUE(gpu_->Synchronize().ok());
 }
 
 TEST_F(CudaKernelTest, RecordedGraphReplaysOnNewInputs) {

@@ -158,7 +158,8 @@ TEST_F(CudaModelTest, Fp32GoldenHoldsForBlockSizesAndChunks) {
 // yet measured on a GPU), and the argmax equal at >= 90% of the positions.
 TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
   auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
-  auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16), 16, 64);
+  // The product's CUDA defaults: bf16 weights and a bf16 KV cache.
+  auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16, false, DType::kBFloat16), 16, 64);
   ASSERT_NE(gpu, nullptr);
   int32_t positions = 0, argmax_equal = 0;
   for (const GoldenCase& c : *cases_) {
@@ -293,7 +294,8 @@ TEST_F(CudaModelTest, EngineInvariantHoldsOnTheGpuInFp32) {
 TEST_F(CudaModelTest, GraphDecodeEqualsEagerDecode) {
   std::vector<std::vector<GeneratedSequence>> runs;
   for (bool eager : {true, false}) {
-    auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16), 8, 3 * 64, eager);
+    auto gpu =
+        MakeRunner(MakeCudaBackend(DType::kBFloat16, false, DType::kBFloat16), 8, 3 * 64, eager);
     ASSERT_NE(gpu, nullptr);
     runs.push_back(RunGolden(*gpu, 1000));
     if (eager) {
@@ -310,16 +312,18 @@ TEST_F(CudaModelTest, GraphDecodeEqualsEagerDecode) {
   EXPECT_LE(MaxLogitDiff(runs[0], runs[1]), 1e-3f);
 }
 
-// Issue 15 on CUDA: with CudaBackendOptions::batch_invariant, every logit of every step is the same
-// bits whether a request runs alone (eager, block 16, whole prefill) or with the others, with
-// prefill chunks of 1, 3, 7 or whole, block sizes 1, 8, 16, 32, eager or replayed from CUDA graphs
-// (padded to the graph's batch size, tables as wide as the max model length).
+// Issue 15 on CUDA: with CudaBackendOptions::batch_invariant (and the KV cache in the weights'
+// dtype, as --kv-cache-dtype auto), every logit of every step is the same bits whether a request
+// runs alone (eager, block 16, whole prefill) or with the others, with prefill chunks of 1, 3, 7 or
+// whole, block sizes 1, 8, 16, 32, eager or replayed from CUDA graphs (padded to the graph's batch
+// size, tables as wide as the max model length).
 TEST_F(CudaModelTest, BatchInvariantLogitsAreBitwiseTheSameAloneBatchedChunkedAndReplayed) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     SCOPED_TRACE(DTypeName(dtype));
     std::vector<GeneratedSequence> alone;
     {
-      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true), 16, 64, true);
+      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true, /*kv_dtype=*/dtype),
+                               16, 64, true);
       ASSERT_NE(runner, nullptr);
       StaticBatchOptions opts;
       opts.stop_token_ids = {1};
@@ -344,8 +348,8 @@ TEST_F(CudaModelTest, BatchInvariantLogitsAreBitwiseTheSameAloneBatchedChunkedAn
       SCOPED_TRACE("block size " + std::to_string(setup.block_size) + ", chunk " +
                    std::to_string(setup.prefill_chunk) + (setup.eager ? ", eager" : ", graphs"));
       const int32_t bs = setup.block_size;
-      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true), bs,
-                               3 * ((512 + bs - 1) / bs), setup.eager);
+      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true, /*kv_dtype=*/dtype),
+                               bs, 3 * ((512 + bs - 1) / bs), setup.eager);
       ASSERT_NE(runner, nullptr);
       const std::vector<GeneratedSequence> got = RunGolden(*runner, setup.prefill_chunk);
       ASSERT_EQ(got.size(), alone.size());

@@ -241,9 +241,9 @@ TEST_F(CudaQuantTest, AQ4KMModelGeneratesAsOnTheCpu) {
   ASSERT_TRUE(model->weights->is_quantized());
   ASSERT_GE(model->weights->layers[0].q_wqkv.parts.size(), 2u);
 
-  const std::vector<std::vector<int32_t>> prompts = {{1, 45, 300, 7, 99}, {1, 12}, {1, 400, 3}};
+  const std::vector<std::vector<int32_t> > prompts = {{1, 45, 300, 7, 99}, {1, 12}, {1, 400, 3}};
   const int32_t steps = 6;
-  auto run = [&](std::unique_ptr<Backend> b, const std::vector<std::vector<int32_t>>& ps) {
+  auto run = [&](std::unique_ptr<Backend> b, const std::vector<std::vector<int32_t> >& ps) {
     ModelRunnerOptions o;
     o.block_size = 16;
     o.num_kv_blocks = 16;

@@ -46,10 +46,14 @@ inline std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, 
     if (!ts_gpus.ok()) GTEST_SKIP() << "no usable CUDA device: " << ts_gpus.status().message(); \
   } while (0)
 
-inline std::unique_ptr<Backend> MakeCudaBackend(DType dtype, bool batch_invariant = false) {
+// The KV cache is fp32 unless `kv_dtype` says otherwise (the tests against the CPU backend's fp32
+// cache); the product's default on CUDA is bf16 (CudaBackendOptions::kv_cache_dtype).
+inline std::unique_ptr<Backend> MakeCudaBackend(DType dtype, bool batch_invariant = false,
+                                                DType kv_dtype = DType::kFloat32) {
   CudaBackendOptions o;
   o.weight_dtype = dtype;
   o.batch_invariant = batch_invariant;
+  o.kv_cache_dtype = kv_dtype;
   StatusOr<std::unique_ptr<Backend>> b = CreateCudaBackend(o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return b.ok() ? std::move(b).value() : nullptr;

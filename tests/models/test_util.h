@@ -1,9 +1,9 @@
 // Helpers shared by the model-file tests: a scratch directory, and the stories260K golden check.
 #pragma once
 
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <cstdint>
 
 #include <filesystem>
 #include <fstream>

@@ -7,9 +7,9 @@
 // /metrics as `tinyserve serve` does.
 #pragma once
 
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <cstdint>
 
 #include <algorithm>
 #include <atomic>

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/server/raw_http_client.h"
@@ -296,6 +297,31 @@ TEST_F(ServeProcessTest, OverlapGrammarMasksTakesAutoOnOrOff) {
     EXPECT_EQ(health->status, 200) << value;
     EXPECT_EQ(StopWith(SIGTERM), 0) << value << ": " << ReadFile(log_path_);
   }
+}
+
+// --kv-cache-dtype (vLLM's flag): the CPU backend's cache is fp32, so auto serves and reports
+// cache_dtype="float32" in vllm:cache_config_info (the dtype held, not the flag's "auto"); bfloat16
+// on the CPU, fp8 (not implemented yet) and an unknown value stop before listening, saying why.
+TEST_F(ServeProcessTest, KvCacheDtypeIsReportedAndRefusedWhereItCannotBeHad) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"bfloat16", "--kv-cache-dtype bfloat16 needs --device cuda"},
+      {"fp8", "--kv-cache-dtype fp8 is not implemented yet"},
+      {"int3", "--kv-cache-dtype must be auto, bfloat16 or float32, got 'int3'"}};
+  for (const auto& [value, message] : refused) {
+    Start({"--device", "cpu", "--kv-cache-dtype", value}, "kv_dtype_" + value, /*listen=*/false);
+    if (HasFatalFailure() || IsSkipped()) return;
+    EXPECT_NE(WaitForExit(20'000), 0) << value;
+    const std::string log = ReadFile(log_path_);
+    EXPECT_NE(log.find(message), std::string::npos) << log;
+    EXPECT_EQ(log.find("on http://"), std::string::npos) << log;
+  }
+  Start({"--device", "cpu", "--kv-cache-dtype", "auto"}, "kv_dtype_auto");
+  if (HasFatalFailure()) return;
+  httplib::Client client("127.0.0.1", port_);
+  auto metrics = client.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("cache_dtype=\"float32\""), std::string::npos) << metrics->body;
+  EXPECT_EQ(StopWith(SIGTERM), 0) << ReadFile(log_path_);
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ServeBinaryTest, ::testing::Values(SIGTERM, SIGINT),
