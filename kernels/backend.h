@@ -212,6 +212,18 @@ class Backend {
   virtual void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
                             int32_t n, int32_t kv_width, void* k_cache, void* v_cache) = 0;
 
+  // Rope on q and k, then WriteKvCache of the rotated k and of v (rows of `stride` floats, kv width
+  // num_kv_heads * head_dim): what a layer does before attention, which a backend may fuse (CUDA:
+  // one kernel instead of two, the same bits).
+  virtual void RopeAndWriteKvCache(float* q, float* k, const float* v, int32_t stride,
+                                   const int32_t* positions, const int64_t* slots, int32_t n,
+                                   int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                   const float* inv_freq, RopeStyle style, void* k_cache,
+                                   void* v_cache) {
+    Rope(q, stride, k, stride, positions, n, num_heads, num_kv_heads, head_dim, inv_freq, style);
+    WriteKvCache(k, v, stride, slots, n, num_kv_heads * head_dim, k_cache, v_cache);
+  }
+
   // Causal paged attention: query token t of sequence s attends to positions [0, positions[t]] of
   // s through s's block table (prefill chunks over a cached prefix and decode alike). GQA: query
   // head h reads kv head h / (num_heads / num_kv_heads). Scale 1/sqrt(head_dim).

@@ -514,9 +514,9 @@ void ModelRunner::Forward(const StepInputs& in) {
     float* q = qkv;
     float* k = qkv + q_dim;
     float* v = qkv + q_dim + kv_dim;
-    b.Rope(q, qkv_width, k, qkv_width, in.meta.positions, n, c.num_heads, c.num_kv_heads,
-           c.head_dim, rope_inv_freq_, c.rope_style);
-    b.WriteKvCache(k, v, qkv_width, in.slots, n, kv_dim, L.k_cache, L.v_cache);
+    b.RopeAndWriteKvCache(q, k, v, qkv_width, in.meta.positions, in.slots, n, c.num_heads,
+                          c.num_kv_heads, c.head_dim, rope_inv_freq_, c.rope_style, L.k_cache,
+                          L.v_cache);
     b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
                      c.head_dim, att);
     b.Linear(att, L.wo, n, dim, q_dim, delta);

@@ -14,7 +14,10 @@
 //    Each sequence is a registered greedy request and the executor samples it on the device
 //    (ModelRunner::Execute, as under the engine). Modes: cuBLAS eager and with graphs (bf16 KV),
 //    cuBLAS graphs with fp32 KV, and the batch-invariant GEMM (--batch-invariant) with graphs.
-// 4. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 64, 2048}: cuBLAS
+// 4. Prefill attention over one 4096-token chunk (bf16 KV), as TFLOP/s and % of the bf16 GEMM rate;
+//    offline throughput of 1000 requests x (512 in, 128 out) through EngineCore, against a floor
+//    (prompt GEMM flops at the GEMM rate + one weight stream per decode wave + the KV reads).
+// 5. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 64, 2048}: cuBLAS
 //    against the batch-invariant GEMM, as TFLOP/s and weight GB/s (% of the copy bandwidth).
 // Inputs are random (weights, activations, KV cache), never zeros; every CUDA return is checked
 // and a failed measurement reports its error on stderr and shows 0. cuBLAS is not linked: the
@@ -24,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -32,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
+#include "engine/engine_core.h"
 #include "kernels/backend.h"
 #include "kernels/device.h"
 #include "models/model_runner.h"
@@ -158,6 +164,48 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   return iters * bytes / Seconds(t0, Clock::now());
 }
 
+// Prefill attention of one sequence's first `tokens` positions in one chunk (the causal triangle),
+// on `be`'s KV cache dtype: FLOP/s counting 4 * head_dim * heads per (query, key) pair.
+double PrefillAttentionFlops(Backend& be, int32_t tokens, int32_t heads, int32_t kv_heads,
+                             int32_t head_dim) {
+  const int32_t bs = 16, blocks = (tokens + bs - 1) / bs;
+  const size_t kv_width = static_cast<size_t>(kv_heads) * head_dim;
+  const size_t elems = static_cast<size_t>(blocks) * bs * kv_width;
+  const bool bf16 = be.kv_cache_dtype() == DType::kBFloat16;
+  DeviceBuffer kc = bf16 ? RandomBf16Buffer(be, elems, 7) : RandomBuffer(be, elems, 1.0f, 7);
+  DeviceBuffer vc = bf16 ? RandomBf16Buffer(be, elems, 8) : RandomBuffer(be, elems, 1.0f, 8);
+  DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(tokens) * heads * head_dim, 1.0f, 9);
+  DeviceBuffer out(&be, static_cast<size_t>(tokens) * heads * head_dim * 4);
+  std::vector<int32_t> positions(tokens), qs = {0, tokens}, table(blocks);
+  for (int32_t i = 0; i < tokens; ++i) positions[i] = i;
+  for (int32_t i = 0; i < blocks; ++i) table[i] = i;
+  DeviceBuffer d_pos(&be, tokens * 4), d_qs(&be, 8), d_table(&be, blocks * 4);
+  if (!kc.ok() || !vc.ok() || !q.ok() || !out.ok()) return 0;
+  be.CopyToDevice(d_pos.as<void>(), positions.data(), tokens * 4);
+  be.CopyToDevice(d_qs.as<void>(), qs.data(), 8);
+  be.CopyToDevice(d_table.as<void>(), table.data(), blocks * 4);
+  AttentionMetadata meta;
+  meta.num_tokens = tokens;
+  meta.num_seqs = 1;
+  meta.positions = d_pos.as<int32_t>();
+  meta.query_start = d_qs.as<int32_t>();
+  meta.block_tables = d_table.as<int32_t>();
+  meta.max_blocks_per_seq = blocks;
+  meta.block_size = bs;
+  auto run = [&] {
+    be.PagedAttention(q.as<float>(), heads * head_dim, kc.as<void>(), vc.as<void>(), meta, heads,
+                      kv_heads, head_dim, out.as<float>());
+  };
+  run();
+  if (!be.Synchronize().ok()) return 0;
+  const int iters = 5;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) run();
+  if (!be.Synchronize().ok()) return 0;
+  const double pairs = 0.5 * static_cast<double>(tokens) * (tokens + 1);
+  return iters * 4.0 * head_dim * heads * pairs / Seconds(t0, Clock::now());
+}
+
 // Mean seconds of one bf16-weight Linear y [m, n] = x [m, k] w^T on `be` (20 calls after one).
 double LinearSeconds(Backend& be, int32_t m, int32_t n, int32_t k) {
   std::vector<float> wh(static_cast<size_t>(n) * k);
@@ -259,6 +307,72 @@ double DecodeStep(ModelRunner& runner, int32_t batch, int32_t context, int iters
   return sec;
 }
 
+// Offline throughput as `tinyserve bench throughput` runs it: `num` requests of `in` random prompt
+// tokens and `out` greedy output tokens (ignore_eos) submitted at once to an EngineCore over a
+// ModelRunner (bf16 weights and KV cache, CUDA graphs, max_num_seqs 256, 8192 batched tokens, no
+// prefix caching). Returns output tokens per second (0 on a failure, said on stderr); *steps and
+// *secs say how.
+double OfflineThroughput(std::shared_ptr<const LlamaWeights> weights, int32_t num, int32_t in,
+                         int32_t out, int64_t* steps, double* secs) {
+  CudaBackendOptions o;
+  o.weight_dtype = DType::kBFloat16;
+  auto be = CreateCudaBackend(o);
+  if (!be.ok()) return 0;
+  ModelRunnerOptions ro;
+  ro.block_size = 16;
+  ro.max_num_seqs = 256;
+  ro.max_num_batched_tokens = 8192;
+  ro.num_kv_blocks = 256 * ((in + out + 15) / 16) + 64;
+  auto runner = ModelRunner::Create(weights, std::move(be).value(), ro);
+  if (!runner.ok()) {
+    std::fprintf(stderr, "kernels_bench: %s\n", runner.status().ToString().c_str());
+    return 0;
+  }
+  EngineConfig ec;
+  ec.max_num_seqs = 256;
+  ec.max_num_batched_tokens = 8192;
+  ec.enable_prefix_caching = false;
+  ec.seed = 1;
+  SteadyClock clock;
+  EngineCore engine(ec, runner->get(), &clock);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(3, weights->config.vocab_size - 1);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int32_t i = 0; i < num; ++i) {
+    EngineRequest req;
+    req.request_id = "offline-" + std::to_string(i);
+    for (int32_t t = 0; t < in; ++t) req.prompt_token_ids.push_back(token(rng));
+    req.sampling.temperature = 0.0f;
+    req.sampling.ignore_eos = true;
+    req.sampling.max_tokens = out;
+    req.arrival_ts = clock.Now();
+    auto stream = engine.Submit(std::move(req));
+    if (!stream.ok()) {
+      std::fprintf(stderr, "kernels_bench: %s\n", stream.status().ToString().c_str());
+      return 0;
+    }
+    streams.push_back(*stream);
+  }
+  const auto t0 = Clock::now();
+  *steps = 0;
+  while (engine.HasPendingWork()) {
+    engine.Step();
+    ++*steps;
+  }
+  *secs = Seconds(t0, Clock::now());
+  int64_t tokens = 0;
+  for (auto& st : streams) {
+    RequestOutput r;
+    st->WaitForFinish(&r, 0.0);
+    if (r.finish_reason == FinishReason::kError) {
+      std::fprintf(stderr, "kernels_bench: offline request failed: %s\n", r.error_message.c_str());
+      return 0;
+    }
+    tokens += static_cast<int64_t>(r.token_ids.size());
+  }
+  return static_cast<double>(tokens) / *secs;
+}
+
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   StatusOr<int> gpus = ProbeCudaDevices();
@@ -304,6 +418,20 @@ int Main(int argc, char** argv) {
     }
   }
 
+  {
+    CudaBackendOptions o;
+    o.kv_cache_dtype = DType::kBFloat16;
+    auto be = CreateCudaBackend(o);
+    if (!be.ok()) return 1;
+    std::printf("\nprefill attention, one 4096-token chunk, bf16 KV cache (4 hd heads per pair)\n");
+    std::printf("%-9s %-7s %10s %12s\n", "head_dim", "q:kv", "TFLOP/s", "% bf16 GEMM");
+    for (int32_t hd : {64, 128}) {
+      const double f = PrefillAttentionFlops(**be, 4096, 32, 8, hd);
+      std::printf("%-9d %-7s %10.2f %11.1f%%\n", hd, "32:8", f / 1e12,
+                  gemm > 0 ? 100 * f / gemm : 0.0);
+    }
+  }
+
   std::printf("\nLlama-3.2-1B-shaped decode step, bf16 weights, context 1024\n");
   std::printf("%-6s %-8s %-10s %-9s %10s %10s %8s\n", "batch", "mode", "gemm", "KV", "step ms",
               "floor ms", "x floor");
@@ -343,6 +471,26 @@ int Main(int argc, char** argv) {
                   m.invariant ? "invariant" : "cuBLAS", DTypeName(m.kv), step * 1e3, floor * 1e3,
                   step / floor);
     }
+  }
+
+  {
+    const int32_t num = quick ? 200 : 1000, in = 512, out = 128;
+    int64_t steps = 0;
+    double secs = 0;
+    const double tps = OfflineThroughput(weights, num, in, out, &steps, &secs);
+    // The floor: every prompt token's GEMM flops at the bf16 GEMM rate, plus one weight stream per
+    // decode wave of 256 sequences and output position, plus every output token's KV reads.
+    const double waves = std::ceil(num / 256.0);
+    const double kv_reads =
+        static_cast<double>(num) * out * (in + out / 2.0) * ModelRunner::KvBytesPerToken(config, 2);
+    const double floor_s = (gemm > 0 ? 2.0 * config.num_parameters() * num * in / gemm : 0.0) +
+                           (waves * out * weight_bytes + kv_reads) / bw;
+    std::printf("\noffline throughput, %d requests x (%d in, %d out), bf16, graphs\n", num, in,
+                out);
+    std::printf("%-14s %10s %8s %10s %12s\n", "output tok/s", "seconds", "steps", "floor s",
+                "of floor");
+    std::printf("%-14.0f %10.2f %8lld %10.2f %11.1f%%\n", tps, secs, static_cast<long long>(steps),
+                floor_s, secs > 0 ? 100 * floor_s / secs : 0.0);
   }
 
   std::printf(

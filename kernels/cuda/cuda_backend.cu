@@ -355,6 +355,16 @@ class CudaBackend final : public Backend {
                                    stream_),
           "WriteKvCache");
   }
+  void RopeAndWriteKvCache(float* q, float* k, const float* v, int32_t stride,
+                           const int32_t* positions, const int64_t* slots, int32_t n,
+                           int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                           const float* inv_freq, RopeStyle style, void* k_cache,
+                           void* v_cache) override {
+    Check(cuda::LaunchRopeWriteKvCache(q, k, v, stride, positions, slots, n, num_heads,
+                                       num_kv_heads, head_dim, inv_freq, style == RopeStyle::kNeox,
+                                       kv_bf16(), k_cache, v_cache, stream_),
+          "RopeWriteKvCache");
+  }
   void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
                       const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
                       int32_t head_dim, float* out) override {

@@ -62,6 +62,21 @@ __global__ void RmsNormKernel(const float* x, float* residual, const float* delt
   }
 }
 
+// Rotates pair i of one head at position `pos` in place; returns the pair's offsets in *a, *b.
+// Shared by RopeKernel and RopeWriteKvCacheKernel, with explicit _rn arithmetic, so both give the
+// same bits.
+__device__ __forceinline__ void RotatePair(float* head, float pos, int32_t i, int32_t half,
+                                           const float* inv_freq, bool neox, int32_t* a,
+                                           int32_t* b) {
+  const float val = __fmul_rn(pos, inv_freq[i]);  // as the CPU: angle = pos * inv_freq, in float
+  const float c = cosf(val), s = sinf(val);
+  *a = neox ? i : 2 * i;
+  *b = neox ? i + half : 2 * i + 1;
+  const float v0 = head[*a], v1 = head[*b];
+  head[*a] = __fsub_rn(__fmul_rn(v0, c), __fmul_rn(v1, s));
+  head[*b] = __fadd_rn(__fmul_rn(v0, s), __fmul_rn(v1, c));
+}
+
 // One block per token; each thread rotates (head, pair) items.
 __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_stride,
                            const int32_t* positions, int32_t num_heads, int32_t num_kv_heads,
@@ -74,13 +89,8 @@ __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_strid
     const int32_t h = idx / half, i = idx % half;
     float* head = h < num_heads ? q + t * q_stride + h * head_dim
                                 : k + t * k_stride + (h - num_heads) * head_dim;
-    const float val = pos * inv_freq[i];  // as the CPU: angle = pos * inv_freq, in float
-    const float c = cosf(val), s = sinf(val);
-    const int32_t a = neox ? i : 2 * i;
-    const int32_t b = neox ? i + half : 2 * i + 1;
-    const float v0 = head[a], v1 = head[b];
-    head[a] = v0 * c - v1 * s;
-    head[b] = v0 * s + v1 * c;
+    int32_t a, b;
+    RotatePair(head, pos, i, half, inv_freq, neox, &a, &b);
   }
 }
 
@@ -169,6 +179,56 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
   if (n <= 0) return cudaSuccess;
   TS_LAUNCH(RopeKernel, n, 128, 0, stream, q, q_stride, k, k_stride, positions, num_heads,
             num_kv_heads, head_dim, inv_freq, neox);
+  return cudaGetLastError();
+}
+
+// RoPE and the KV-cache write in one kernel (one block per token): each thread rotates (head,
+// pair) items as RopeKernel does and stores a rotated key pair at the token's slot too; then the
+// value row is stored. The same bits as RopeKernel then WriteKvCacheKernel.
+template <typename KV>
+__global__ void RopeWriteKvCacheKernel(float* q, float* k, const float* v, int32_t stride,
+                                       const int32_t* positions, const int64_t* slots,
+                                       int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                       const float* inv_freq, bool neox, KV* k_cache, KV* v_cache) {
+  const size_t t = blockIdx.x;
+  const int32_t half = head_dim / 2, kv_width = num_kv_heads * head_dim;
+  const float pos = static_cast<float>(positions[t]);
+  const int64_t slot = slots[t];
+  const int32_t items = (num_heads + num_kv_heads) * half;
+  for (int32_t idx = threadIdx.x; idx < items; idx += blockDim.x) {
+    const int32_t h = idx / half, i = idx % half;
+    const bool is_key = h >= num_heads;
+    float* head =
+        is_key ? k + t * stride + (h - num_heads) * head_dim : q + t * stride + h * head_dim;
+    int32_t a, b;
+    RotatePair(head, pos, i, half, inv_freq, neox, &a, &b);
+    if (is_key && slot >= 0) {
+      KV* row = k_cache + slot * kv_width + (h - num_heads) * head_dim;
+      StoreKv(row + a, head[a]);
+      StoreKv(row + b, head[b]);
+    }
+  }
+  if (slot < 0) return;  // padding row: nothing is written
+  for (int32_t j = threadIdx.x; j < kv_width; j += blockDim.x) {
+    StoreKv(v_cache + slot * kv_width + j, v[t * stride + j]);
+  }
+}
+
+cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t stride,
+                                   const int32_t* positions, const int64_t* slots, int32_t n,
+                                   int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                   const float* inv_freq, bool neox, bool bf16, void* k_cache,
+                                   void* v_cache, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (bf16) {
+    TS_LAUNCH(RopeWriteKvCacheKernel<__nv_bfloat16>, n, 128, 0, stream, q, k, v, stride, positions,
+              slots, num_heads, num_kv_heads, head_dim, inv_freq, neox,
+              static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+  } else {
+    TS_LAUNCH(RopeWriteKvCacheKernel<float>, n, 128, 0, stream, q, k, v, stride, positions, slots,
+              num_heads, num_kv_heads, head_dim, inv_freq, neox, static_cast<float*>(k_cache),
+              static_cast<float*>(v_cache));
+  }
   return cudaGetLastError();
 }
 

@@ -28,6 +28,14 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
                        const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
                        int32_t head_dim, const float* inv_freq, bool neox, cudaStream_t stream);
 
+// RoPE on q and k (rows of `stride` floats) and the KV-cache write of the rotated k and of v, in
+// one kernel: the same bits as LaunchRope then LaunchWriteKvCache.
+cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t stride,
+                                   const int32_t* positions, const int64_t* slots, int32_t n,
+                                   int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                   const float* inv_freq, bool neox, bool bf16, void* k_cache,
+                                   void* v_cache, cudaStream_t stream);
+
 // The caches hold fp32 or (bf16) __nv_bfloat16 values, rounded to nearest even.
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
                                int32_t n, int32_t kv_width, bool bf16, void* k_cache, void* v_cache,

@@ -168,6 +168,83 @@ TEST_F(CudaKernelTest, RopeMatchesTheCpuInBothLayouts) {
   }
 }
 
+// The fused RoPE + KV-cache write is bitwise Rope then WriteKvCache on the same backend (q, k and
+// both caches), for both layouts, fp32 and bf16 caches, padding rows (slot -1) and a GQA shape with
+// an odd number of pairs per thread; and close to the CPU's Rope + WriteKvCache.
+TEST_F(CudaKernelTest, FusedRopeAndKvWriteIsRopeThenWriteKvCache) {
+  std::mt19937 rng(14);
+  const int32_t num_heads = 6, num_kv_heads = 2, hd = 40, n = 23;
+  const int32_t stride = (num_heads + 2 * num_kv_heads) * hd, kv_width = num_kv_heads * hd;
+  const int32_t num_slots = 64;
+  std::vector<int32_t> pos(n);
+  for (int32_t& p : pos) p = RandInt(rng, 0, 3000);
+  std::vector<int64_t> slots(num_slots);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(n);
+  slots[4] = slots[19] = -1;
+  std::vector<float> inv_freq(hd / 2);
+  for (int32_t i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / hd);
+  const std::vector<float> qkv_h = Random(rng, static_cast<size_t>(n) * stride);
+  Twin d_pos = Put(pos), d_slots = Put(slots), d_freq = Put(inv_freq);
+  for (DType kv : {DType::kFloat32, DType::kBFloat16}) {
+    std::unique_ptr<Backend> gpu = MakeCudaBackend(DType::kFloat32, false, kv);
+    ASSERT_NE(gpu, nullptr);
+    for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kNeox}) {
+      SCOPED_TRACE(std::string(DTypeName(kv)) + (style == RopeStyle::kNeox ? " neox" : " pairs"));
+      const size_t cache_bytes =
+          static_cast<size_t>(num_slots) * kv_width * (kv == DType::kFloat32 ? 4 : 2);
+      std::vector<std::vector<uint8_t>> got;  // qkv, k cache, v cache: separate, then fused
+      for (bool fused : {false, true}) {
+        DeviceBuffer qkv(gpu.get(), qkv_h.size() * 4), kc(gpu.get(), cache_bytes),
+            vc(gpu.get(), cache_bytes);
+        gpu->CopyToDevice(qkv.as<void>(), qkv_h.data(), qkv_h.size() * 4);
+        float* q = qkv.as<float>();
+        float* k = q + num_heads * hd;
+        const float* v = k + kv_width;
+        if (fused) {
+          gpu->RopeAndWriteKvCache(q, k, v, stride, d_pos.g<int32_t>(), d_slots.g<int64_t>(), n,
+                                   num_heads, num_kv_heads, hd, d_freq.g<float>(), style,
+                                   kc.as<void>(), vc.as<void>());
+        } else {
+          gpu->Rope(q, stride, k, stride, d_pos.g<int32_t>(), n, num_heads, num_kv_heads, hd,
+                    d_freq.g<float>(), style);
+          gpu->WriteKvCache(k, v, stride, d_slots.g<int64_t>(), n, kv_width, kc.as<void>(),
+                            vc.as<void>());
+        }
+        ASSERT_TRUE(gpu->Synchronize().ok());
+        for (const DeviceBuffer* d : {&qkv, &kc, &vc}) {
+          std::vector<uint8_t> bytes(d->bytes());
+          gpu->CopyToHost(bytes.data(), d->as<void>(), bytes.size());
+          got.push_back(std::move(bytes));
+        }
+      }
+      EXPECT_EQ(got[0], got[3]) << "q and k";
+      EXPECT_EQ(got[1], got[4]) << "k cache";
+      EXPECT_EQ(got[2], got[5]) << "v cache";
+      if (kv == DType::kFloat32) {  // and the CPU's two ops, within libm's sinf/cosf
+        Twin qkv = Put(qkv_h), kc = Poisoned(static_cast<size_t>(num_slots) * kv_width),
+             vc = Poisoned(static_cast<size_t>(num_slots) * kv_width);
+        cpu_->RopeAndWriteKvCache(qkv.c<float>(), qkv.c<float>() + num_heads * hd,
+                                  qkv.c<float>() + num_heads * hd + kv_width, stride,
+                                  d_pos.c<int32_t>(), d_slots.c<int64_t>(), n, num_heads,
+                                  num_kv_heads, hd, d_freq.c<float>(), style, kc.c<void>(),
+                                  vc.c<void>());
+        std::vector<float> gpu_k(static_cast<size_t>(num_slots) * kv_width);
+        std::memcpy(gpu_k.data(), got[4].data(), got[4].size());
+        const std::vector<float> cpu_k = FromCpu(kc);
+        for (size_t i = 0; i < gpu_k.size(); ++i) {
+          if (std::isnan(cpu_k[i])) {  // a slot no row wrote: the GPU's cache holds its zeros
+            EXPECT_EQ(gpu_k[i], 0.0f) << i;
+          } else {
+            EXPECT_NEAR(gpu_k[i], cpu_k[i], 2e-3) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelTest, WriteKvCacheSkipsPaddingRowsAndTouchesNothingElse) {
   std::mt19937 rng(5);
   const int32_t num_blocks = 7, bs = 8, kv_width = 80, n = 17, stride = 3 * kv_width;
