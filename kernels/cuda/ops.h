@@ -69,7 +69,8 @@ cudaError_t LaunchInvariantGemm(const float* x, const void* w, bool bf16, int32_
                                 int32_t k, float* y, cudaStream_t stream);
 
 // Paged attention (see Backend::PagedAttention). Each (token, head) row's context is cut into
-// splits of a fixed length (512 positions), attended separately and folded in order, so that a
+// splits of a fixed length (256 positions for the vectorized kernel, which takes head dims of whole
+// 16-byte vectors; 512 for the generic one), attended separately and folded in order, so that a
 // row's result depends on nothing but its own query, length and keys (not on the batch, the block
 // table's width or `num_splits`). `num_splits` picks the launch shape only: 1, one block per row;
 // or at least the widest table's split count, one block per split, whose results go through

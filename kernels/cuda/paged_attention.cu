@@ -1,5 +1,8 @@
 // Paged attention on CUDA: prefill chunks over a cached prefix and decode alike (the CPU twin is
-// CpuBackend::PagedAttention). Each (token, head) row's context [0, len) is cut into splits of
+// CpuBackend::PagedAttention). Two kernels, one per model (head_dim and the cache dtype decide):
+// the vectorized one (VecAttentionKernel, below: head_dim a multiple of 4 for fp32 caches, 8 for
+// bf16; 256-position splits) and this generic one for other head dims. The caches hold fp32 or bf16
+// (LoadKv / Unpack widen bf16 exactly). Each (token, head) row's context [0, len) is cut into splits of
 // kSplitLength positions: a fixed length, so a row's splits depend only on its own length, never on
 // the batch's block-table width, the number of rows or the grid. A split is attended from a fresh
 // state by AttendSplit: it walks the split in chunks of kChunk positions with an online softmax (a
