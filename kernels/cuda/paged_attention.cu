@@ -2,15 +2,15 @@
 // CpuBackend::PagedAttention). Two kernels, one per model (head_dim and the cache dtype decide):
 // the vectorized one (VecAttentionKernel, below: head_dim a multiple of 4 for fp32 caches, 8 for
 // bf16; 256-position splits) and this generic one for other head dims. The caches hold fp32 or bf16
-// (LoadKv / Unpack widen bf16 exactly). Each (token, head) row's context [0, len) is cut into splits of
-// kSplitLength positions: a fixed length, so a row's splits depend only on its own length, never on
-// the batch's block-table width, the number of rows or the grid. A split is attended from a fresh
-// state by AttendSplit: it walks the split in chunks of kChunk positions with an online softmax (a
-// warp per key computes the scaled scores q.k / sqrt(head_dim) into shared memory; the chunk's max
-// rescales the running sum and the output accumulator; groups of head_dim threads accumulate p * v
-// over the chunk's rows) and gives the split's normalized output, max and sum. The row's result is
-// the left fold (FoldSplit) of its splits in increasing order. Two launch shapes compute exactly
-// that, instruction for instruction:
+// (LoadKv / Unpack widen bf16 exactly). Each (token, head) row's context [0, len) is cut into
+// splits of kSplitLength positions: a fixed length, so a row's splits depend only on its own
+// length, never on the batch's block-table width, the number of rows or the grid. A split is
+// attended from a fresh state by AttendSplit: it walks the split in chunks of kChunk positions with
+// an online softmax (a warp per key computes the scaled scores q.k / sqrt(head_dim) into shared
+// memory; the chunk's max rescales the running sum and the output accumulator; groups of head_dim
+// threads accumulate p * v over the chunk's rows) and gives the split's normalized output, max and
+// sum. The row's result is the left fold (FoldSplit) of its splits in increasing order. Two launch
+// shapes compute exactly that, instruction for instruction:
 //   - one block per row (grid z = 1) attends the row's splits one after the other and folds them;
 //   - one block per split (flash-decoding, grid z = the widest table's split count, for few rows
 //     and long contexts): each block writes its split's output, max and sum, a second kernel folds
