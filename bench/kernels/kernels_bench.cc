@@ -119,32 +119,34 @@ DeviceBuffer RandomBf16Buffer(Backend& be, size_t count, uint32_t seed) {
   return d;
 }
 
-// Decode attention, every sequence at `context`, on `be`'s KV cache dtype: K+V bytes / s (mean of
-// `iters` calls after one).
-double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t heads,
-                          int32_t kv_heads, int32_t head_dim) {
-  const int32_t bs = 16;
-  const int32_t blocks_per_seq = (context + bs - 1) / bs;
-  const int32_t num_blocks = batch * blocks_per_seq;
-  const size_t kv_width = static_cast<size_t>(kv_heads) * head_dim;
-  const size_t elems = static_cast<size_t>(num_blocks) * bs * kv_width;
+// Mean seconds of one PagedAttention call on `be` (`iters` calls after one) over random q and a
+// random cache in `be`'s KV cache dtype: sequences of `blocks_per_seq` blocks of 16 (a shuffled
+// table when `shuffle`), query tokens grouped by `query_start`, token t at positions[t]. 0 on a
+// failure.
+double AttentionSeconds(Backend& be, const std::vector<int32_t>& positions,
+                        const std::vector<int32_t>& query_start, int32_t blocks_per_seq,
+                        bool shuffle, int32_t heads, int32_t kv_heads, int32_t head_dim,
+                        int iters) {
+  const int32_t bs = 16, tokens = static_cast<int32_t>(positions.size());
+  const int32_t num_seqs = static_cast<int32_t>(query_start.size()) - 1;
+  const int32_t num_blocks = num_seqs * blocks_per_seq;
+  const size_t elems = static_cast<size_t>(num_blocks) * bs * kv_heads * head_dim;
   const bool bf16 = be.kv_cache_dtype() == DType::kBFloat16;
   DeviceBuffer kc = bf16 ? RandomBf16Buffer(be, elems, 1) : RandomBuffer(be, elems, 1.0f, 1);
   DeviceBuffer vc = bf16 ? RandomBf16Buffer(be, elems, 2) : RandomBuffer(be, elems, 1.0f, 2);
-  DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(batch) * heads * head_dim, 1.0f, 3);
-  DeviceBuffer out(&be, static_cast<size_t>(batch) * heads * head_dim * 4);
-  std::vector<int32_t> positions(batch, context - 1), qs(batch + 1), tables(num_blocks);
-  for (int32_t i = 0; i <= batch; ++i) qs[i] = i;
+  DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(tokens) * heads * head_dim, 1.0f, 3);
+  DeviceBuffer out(&be, static_cast<size_t>(tokens) * heads * head_dim * 4);
+  std::vector<int32_t> tables(num_blocks);
   for (int32_t i = 0; i < num_blocks; ++i) tables[i] = i;
-  std::shuffle(tables.begin(), tables.end(), std::mt19937(1));
-  DeviceBuffer d_pos(&be, batch * 4), d_qs(&be, (batch + 1) * 4), d_tables(&be, num_blocks * 4);
-  if (!kc.ok() || !vc.ok()) return 0;
-  be.CopyToDevice(d_pos.as<void>(), positions.data(), batch * 4);
-  be.CopyToDevice(d_qs.as<void>(), qs.data(), (batch + 1) * 4);
+  if (shuffle) std::shuffle(tables.begin(), tables.end(), std::mt19937(1));
+  DeviceBuffer d_pos(&be, tokens * 4), d_qs(&be, (num_seqs + 1) * 4), d_tables(&be, num_blocks * 4);
+  if (!kc.ok() || !vc.ok() || !q.ok() || !out.ok()) return 0;
+  be.CopyToDevice(d_pos.as<void>(), positions.data(), tokens * 4);
+  be.CopyToDevice(d_qs.as<void>(), query_start.data(), (num_seqs + 1) * 4);
   be.CopyToDevice(d_tables.as<void>(), tables.data(), num_blocks * 4);
   AttentionMetadata meta;
-  meta.num_tokens = batch;
-  meta.num_seqs = batch;
+  meta.num_tokens = tokens;
+  meta.num_seqs = num_seqs;
   meta.positions = d_pos.as<int32_t>();
   meta.query_start = d_qs.as<int32_t>();
   meta.block_tables = d_tables.as<int32_t>();
@@ -156,54 +158,35 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   };
   run();
   if (!be.Synchronize().ok()) return 0;
-  const int iters = 50;
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) run();
   if (!be.Synchronize().ok()) return 0;
-  const double bytes = 2.0 * batch * context * kv_width * (bf16 ? 2 : 4);
-  return iters * bytes / Seconds(t0, Clock::now());
+  return Seconds(t0, Clock::now()) / iters;
+}
+
+// Decode attention, every sequence at `context`, on `be`'s KV cache dtype: K+V bytes / s (mean of
+// 50 calls after one).
+double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t heads,
+                          int32_t kv_heads, int32_t head_dim) {
+  std::vector<int32_t> positions(batch, context - 1), qs(batch + 1);
+  for (int32_t i = 0; i <= batch; ++i) qs[i] = i;
+  const double sec = AttentionSeconds(be, positions, qs, (context + 15) / 16, /*shuffle=*/true,
+                                      heads, kv_heads, head_dim, 50);
+  const double bytes = 2.0 * batch * context * kv_heads * head_dim *
+                       (be.kv_cache_dtype() == DType::kBFloat16 ? 2 : 4);
+  return sec > 0 ? bytes / sec : 0;
 }
 
 // Prefill attention of one sequence's first `tokens` positions in one chunk (the causal triangle),
-// on `be`'s KV cache dtype: FLOP/s counting 4 * head_dim * heads per (query, key) pair.
+// on `be`'s KV cache dtype: FLOP/s counting 4 * head_dim * heads per (query, key) pair (mean of 5).
 double PrefillAttentionFlops(Backend& be, int32_t tokens, int32_t heads, int32_t kv_heads,
                              int32_t head_dim) {
-  const int32_t bs = 16, blocks = (tokens + bs - 1) / bs;
-  const size_t kv_width = static_cast<size_t>(kv_heads) * head_dim;
-  const size_t elems = static_cast<size_t>(blocks) * bs * kv_width;
-  const bool bf16 = be.kv_cache_dtype() == DType::kBFloat16;
-  DeviceBuffer kc = bf16 ? RandomBf16Buffer(be, elems, 7) : RandomBuffer(be, elems, 1.0f, 7);
-  DeviceBuffer vc = bf16 ? RandomBf16Buffer(be, elems, 8) : RandomBuffer(be, elems, 1.0f, 8);
-  DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(tokens) * heads * head_dim, 1.0f, 9);
-  DeviceBuffer out(&be, static_cast<size_t>(tokens) * heads * head_dim * 4);
-  std::vector<int32_t> positions(tokens), qs = {0, tokens}, table(blocks);
+  std::vector<int32_t> positions(tokens);
   for (int32_t i = 0; i < tokens; ++i) positions[i] = i;
-  for (int32_t i = 0; i < blocks; ++i) table[i] = i;
-  DeviceBuffer d_pos(&be, tokens * 4), d_qs(&be, 8), d_table(&be, blocks * 4);
-  if (!kc.ok() || !vc.ok() || !q.ok() || !out.ok()) return 0;
-  be.CopyToDevice(d_pos.as<void>(), positions.data(), tokens * 4);
-  be.CopyToDevice(d_qs.as<void>(), qs.data(), 8);
-  be.CopyToDevice(d_table.as<void>(), table.data(), blocks * 4);
-  AttentionMetadata meta;
-  meta.num_tokens = tokens;
-  meta.num_seqs = 1;
-  meta.positions = d_pos.as<int32_t>();
-  meta.query_start = d_qs.as<int32_t>();
-  meta.block_tables = d_table.as<int32_t>();
-  meta.max_blocks_per_seq = blocks;
-  meta.block_size = bs;
-  auto run = [&] {
-    be.PagedAttention(q.as<float>(), heads * head_dim, kc.as<void>(), vc.as<void>(), meta, heads,
-                      kv_heads, head_dim, out.as<float>());
-  };
-  run();
-  if (!be.Synchronize().ok()) return 0;
-  const int iters = 5;
-  const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) run();
-  if (!be.Synchronize().ok()) return 0;
+  const double sec = AttentionSeconds(be, positions, {0, tokens}, (tokens + 15) / 16,
+                                      /*shuffle=*/false, heads, kv_heads, head_dim, 5);
   const double pairs = 0.5 * static_cast<double>(tokens) * (tokens + 1);
-  return iters * 4.0 * head_dim * heads * pairs / Seconds(t0, Clock::now());
+  return sec > 0 ? 4.0 * head_dim * heads * pairs / sec : 0;
 }
 
 // Mean seconds of one bf16-weight Linear y [m, n] = x [m, k] w^T on `be` (20 calls after one).

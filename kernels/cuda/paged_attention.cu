@@ -2,7 +2,7 @@
 // CpuBackend::PagedAttention). Two kernels, one per model (head_dim and the cache dtype decide):
 // the vectorized one (VecAttentionKernel, below: head_dim a multiple of 4 for fp32 caches, 8 for
 // bf16; 256-position splits) and this generic one for other head dims. The caches hold fp32 or bf16
-// (LoadKv / Unpack widen bf16 exactly). Each (token, head) row's context [0, len) is cut into
+// (LoadKv / Widen16 widen bf16 exactly). Each (token, head) row's context [0, len) is cut into
 // splits of kSplitLength positions: a fixed length, so a row's splits depend only on its own
 // length, never on the batch's block-table width, the number of rows or the grid. A split is
 // attended from a fresh state by AttendSplit: it walks the split in chunks of kChunk positions with
@@ -30,6 +30,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/vec16.cuh"
 
 namespace tinyserve::cuda {
 namespace {
@@ -159,24 +160,6 @@ constexpr int kVecWarps = kVecThreads / 32;
 constexpr int32_t kVecSplit = 256;  // positions per split
 constexpr int kUnroll = 4;          // keys (or values) per lane in flight
 
-// The elements of one 16-byte vector of the cache: 4 floats or 8 bf16 values.
-template <typename KV>
-constexpr int kVecElems = 16 / static_cast<int>(sizeof(KV));
-
-__device__ __forceinline__ void Unpack(uint4 r, float* f, const float*) {
-  f[0] = __uint_as_float(r.x);
-  f[1] = __uint_as_float(r.y);
-  f[2] = __uint_as_float(r.z);
-  f[3] = __uint_as_float(r.w);
-}
-__device__ __forceinline__ void Unpack(uint4 r, float* f, const __nv_bfloat16*) {
-  const unsigned w[4] = {r.x, r.y, r.z, r.w};
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);              // the lower address: element 2i
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);  // element 2i + 1
-  }
-}
-
 // The lanes a key is spread over: the smallest power of two >= nv (vectors a row), at most 32.
 __device__ __forceinline__ int LanesPerKey(int nv) {
   int l = 1;
@@ -211,7 +194,7 @@ __global__ void __launch_bounds__(kVecThreads)
   if (first >= last) return;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  constexpr int kVec = kVecElems<KV>;
+  constexpr int kVec = kVec16Elems<KV>;
   const int nv = hd / kVec;  // 16-byte vectors a row
   const int lanes = LanesPerKey(nv), keys_per_warp = 32 / lanes;
   const int sub = lane % lanes, kslot = lane / lanes;
@@ -264,7 +247,7 @@ __global__ void __launch_bounds__(kVecThreads)
         for (int g = 0; g < kGroup; ++g) part[g] = 0.0f;
         for (int r = 0; r < kRows; ++r) {
           float k[kVec];
-          Unpack(raw[u][r], k, k_base);
+          Widen16(raw[u][r], k, k_base);
           for (int g = 0; g < kGroup; ++g) {
             for (int e = 0; e < kVec; ++e) part[g] = __fmaf_rn(q[g][r][e], k[e], part[g]);
           }
@@ -324,7 +307,7 @@ __global__ void __launch_bounds__(kVecThreads)
           const float p = scores[g * kVecSplit + i];
           for (int r = 0; r < kRows; ++r) {
             float v[kVec];
-            Unpack(raw[u][r], v, v_base);
+            Widen16(raw[u][r], v, v_base);
             for (int e = 0; e < kVec; ++e) acc[g][r][e] = __fmaf_rn(p, v[e], acc[g][r][e]);
           }
         }
@@ -482,10 +465,13 @@ __global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, int
 
 // The vectorized kernel takes rows of whole 16-byte vectors (head_dim a multiple of 4 for fp32, 8
 // for bf16), at most two vectors a lane, on 16-byte aligned caches.
-bool UsesVecKernel(int32_t head_dim, bool bf16, const void* k_cache, const void* v_cache) {
+// Whether the vectorized kernel's rows fit head_dim: whole 16-byte vectors, at most two a lane.
+bool VecHeadDim(int32_t head_dim, bool bf16) {
   const int32_t vec = bf16 ? 8 : 4;
-  return head_dim > 0 && head_dim % vec == 0 && head_dim <= 2 * 32 * vec &&
-         reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+  return head_dim > 0 && head_dim % vec == 0 && head_dim <= 2 * 32 * vec;
+}
+bool UsesVecKernel(int32_t head_dim, bool bf16, const void* k_cache, const void* v_cache) {
+  return VecHeadDim(head_dim, bf16) && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
 }
 
@@ -502,7 +488,7 @@ int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num
                               int32_t num_sms) {
   // Both shapes give the same bits (see the top of the file); this only picks the faster one.
   // The caches are cudaMalloc-ed (aligned): head_dim and the dtype decide the kernel.
-  const bool vec = head_dim % (kv_bf16 ? 8 : 4) == 0 && head_dim <= 256;
+  const bool vec = VecHeadDim(head_dim, kv_bf16);
   const int32_t split = SplitLength(vec);
   const int32_t widest = std::max<int32_t>(1, (max_context + split - 1) / split);
   if (!vec) {
@@ -541,49 +527,22 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     const int32_t chunks = (group + kg - 1) / kg;
     const dim3 grid(a.num_kv_heads * chunks, a.num_tokens, num_splits);
     const size_t smem = VecAttentionSharedBytes(kg, a.head_dim);
-    if (a.kv_bf16) {  // one vector a lane: head_dim <= 256
-      switch (kg) {
-        case 1:
-          LaunchVec<__nv_bfloat16, 1, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 2:
-          LaunchVec<__nv_bfloat16, 2, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 4:
-          LaunchVec<__nv_bfloat16, 4, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        default:
-          LaunchVec<__nv_bfloat16, 8, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-      }
-    } else {
-      switch (kg * 10 + (a.head_dim > 128 ? 2 : 1)) {
-        case 11:
-          LaunchVec<float, 1, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 12:
-          LaunchVec<float, 1, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 21:
-          LaunchVec<float, 2, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 22:
-          LaunchVec<float, 2, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 41:
-          LaunchVec<float, 4, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 42:
-          LaunchVec<float, 4, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        case 81:
-          LaunchVec<float, 8, 1>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-        default:
-          LaunchVec<float, 8, 2>(grid, smem, stream, a, num_splits, chunks, scratch);
-          break;
-      }
-    }
+    // [bf16][log2 of the group served][vectors a lane - 1]; bf16 rows take one vector a lane.
+    using Launcher =
+        void (*)(dim3, size_t, cudaStream_t, const PagedAttentionArgs&, int32_t, int32_t, float*);
+    static constexpr Launcher kLaunchers[2][4][2] = {
+        {{LaunchVec<float, 1, 1>, LaunchVec<float, 1, 2>},
+         {LaunchVec<float, 2, 1>, LaunchVec<float, 2, 2>},
+         {LaunchVec<float, 4, 1>, LaunchVec<float, 4, 2>},
+         {LaunchVec<float, 8, 1>, LaunchVec<float, 8, 2>}},
+        {{LaunchVec<__nv_bfloat16, 1, 1>, nullptr},
+         {LaunchVec<__nv_bfloat16, 2, 1>, nullptr},
+         {LaunchVec<__nv_bfloat16, 4, 1>, nullptr},
+         {LaunchVec<__nv_bfloat16, 8, 1>, nullptr}}};
+    const int log2_group = kg == 1 ? 0 : kg == 2 ? 1 : kg == 4 ? 2 : 3;
+    const int rows = a.head_dim > 32 * (a.kv_bf16 ? 8 : 4) ? 2 : 1;
+    kLaunchers[a.kv_bf16 ? 1 : 0][log2_group][rows - 1](grid, smem, stream, a, num_splits, chunks,
+                                                        scratch);
   } else {
     const dim3 grid(a.num_heads, a.num_tokens, num_splits);
     if (a.kv_bf16) {

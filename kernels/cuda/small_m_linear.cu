@@ -14,33 +14,12 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/vec16.cuh"
 
 namespace tinyserve::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-
-// 8 consecutive bf16 values (one 16-byte load) widened to fp32, exactly.
-__device__ __forceinline__ void WidenBf16x8(uint4 r, float* f) {
-  const unsigned w[4] = {r.x, r.y, r.z, r.w};
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ void LoadFloat8(const float* p, float* f) {
-  const uint4 a = *reinterpret_cast<const uint4*>(p);
-  const uint4 b = *reinterpret_cast<const uint4*>(p + 4);
-  f[0] = __uint_as_float(a.x);
-  f[1] = __uint_as_float(a.y);
-  f[2] = __uint_as_float(a.z);
-  f[3] = __uint_as_float(a.w);
-  f[4] = __uint_as_float(b.x);
-  f[5] = __uint_as_float(b.y);
-  f[6] = __uint_as_float(b.z);
-  f[7] = __uint_as_float(b.w);
-}
 
 // grid ceil(n / (kWarps * R)), block kWarps * 32. k % 8 == 0, x and w 16-byte aligned.
 template <int M, int R>
@@ -62,10 +41,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     for (int m = 0; m < M; ++m) {
       float xv[8];
-      LoadFloat8(x + static_cast<int64_t>(m) * k + c, xv);
+      Load16(x + static_cast<int64_t>(m) * k + c, xv);
+      Load16(x + static_cast<int64_t>(m) * k + c + 4, xv + 4);
       for (int r = 0; r < R; ++r) {
         float wf[8];
-        WidenBf16x8(wv[r], wf);
+        Widen16(wv[r], wf, w);
         for (int e = 0; e < 8; ++e) acc[r][m] = __fmaf_rn(xv[e], wf[e], acc[r][m]);
       }
     }
@@ -109,32 +89,11 @@ cudaError_t LaunchSmallMLinear(const float* x, const void* w, int32_t m, int32_t
     return cudaErrorInvalidValue;
   }
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
-  switch (m) {
-    case 1:
-      Launch<1>(x, wb, n, k, y, stream);
-      break;
-    case 2:
-      Launch<2>(x, wb, n, k, y, stream);
-      break;
-    case 3:
-      Launch<3>(x, wb, n, k, y, stream);
-      break;
-    case 4:
-      Launch<4>(x, wb, n, k, y, stream);
-      break;
-    case 5:
-      Launch<5>(x, wb, n, k, y, stream);
-      break;
-    case 6:
-      Launch<6>(x, wb, n, k, y, stream);
-      break;
-    case 7:
-      Launch<7>(x, wb, n, k, y, stream);
-      break;
-    default:
-      Launch<8>(x, wb, n, k, y, stream);
-      break;
-  }
+  using Launcher =
+      void (*)(const float*, const __nv_bfloat16*, int32_t, int32_t, float*, cudaStream_t);
+  static constexpr Launcher kLaunchers[kSmallMLinearRows] = {
+      Launch<1>, Launch<2>, Launch<3>, Launch<4>, Launch<5>, Launch<6>, Launch<7>, Launch<8>};
+  kLaunchers[m - 1](x, wb, n, k, y, stream);
   return cudaGetLastError();
 }
 

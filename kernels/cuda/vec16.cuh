@@ -1,0 +1,36 @@
+// 16-byte vectors of device memory widened to fp32, exactly: 4 floats or 8 bf16 values (a bf16 is
+// the upper half of its float). Shared by the kernels that stream a cache or weights with 16-byte
+// loads (paged_attention.cu, small_m_linear.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace tinyserve::cuda {
+
+// The elements of one 16-byte vector of T (float: 4, __nv_bfloat16: 8).
+template <typename T>
+constexpr int kVec16Elems = 16 / static_cast<int>(sizeof(T));
+
+// f [kVec16Elems<T>] = the vector's elements in address order; the pointer only picks T.
+__device__ __forceinline__ void Widen16(uint4 r, float* f, const float*) {
+  f[0] = __uint_as_float(r.x);
+  f[1] = __uint_as_float(r.y);
+  f[2] = __uint_as_float(r.z);
+  f[3] = __uint_as_float(r.w);
+}
+__device__ __forceinline__ void Widen16(uint4 r, float* f, const __nv_bfloat16*) {
+  const unsigned w[4] = {r.x, r.y, r.z, r.w};
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);              // the lower address: element 2i
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);  // element 2i + 1
+  }
+}
+
+// One 16-byte load of p (16-byte aligned), widened.
+template <typename T>
+__device__ __forceinline__ void Load16(const T* p, float* f) {
+  Widen16(*reinterpret_cast<const uint4*>(p), f, p);
+}
+
+}  // namespace tinyserve::cuda
