@@ -30,6 +30,7 @@
 #include "models/model_runner.h"
 #include "models/presets.h"
 #include "models/static_batch_generator.h"
+#include "weight_bytes.h"
 
 namespace tinyserve {
 namespace {
@@ -249,7 +250,8 @@ int Main(int argc, char** argv) {
       const ModelConfig& c = (*weights)->config;
       const int64_t read_params =
           c.num_parameters() - (c.shared_classifier ? 0 : int64_t{c.vocab_size} * c.dim);
-      const double weight_bytes = static_cast<double>(read_params) * sizeof(float);
+      // A quantized GGUF's matrices count their blocks' bytes (weight_bytes.h).
+      const double weight_bytes = DecodeStepWeightBytes(**weights);
       const double floor_tps = bandwidth / weight_bytes;
       double single = 0.0;
       for (const std::string& batch_str : Split(batches)) {

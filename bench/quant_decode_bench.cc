@@ -24,6 +24,7 @@
 #include "models/model_runner.h"
 #include "models/presets.h"
 #include "models/static_batch_generator.h"
+#include "weight_bytes.h"
 
 namespace tinyserve {
 namespace {
@@ -61,26 +62,6 @@ double ReadBandwidth(int threads) {
   volatile float sink = partial[0];
   (void)sink;
   return best;
-}
-
-double MatrixBytes(const std::vector<float>& f, const QuantizedMatrix& q, int32_t cols) {
-  if (q.empty()) return static_cast<double>(f.size()) * sizeof(float);
-  double b = 0;
-  for (const QuantPart& p : q.parts) b += static_cast<double>(QuantRowBytes(p.type, cols)) * p.rows;
-  return b;
-}
-
-// Bytes of weights one decode step reads (every matrix and the LM head; the embedding is a lookup
-// unless it is the LM head too).
-double StepBytes(const LlamaWeights& w) {
-  const ModelConfig& c = w.config;
-  double b = c.shared_classifier ? MatrixBytes(w.token_embedding, w.q_token_embedding, c.dim)
-                                 : MatrixBytes(w.classifier, w.q_classifier, c.dim);
-  for (const LlamaLayerWeights& l : w.layers) {
-    b += MatrixBytes(l.wqkv, l.q_wqkv, c.dim) + MatrixBytes(l.wo, l.q_wo, c.q_dim()) +
-         MatrixBytes(l.w13, l.q_w13, c.dim) + MatrixBytes(l.w2, l.q_w2, c.hidden_dim);
-  }
-  return b;
 }
 
 // Prefills `batch` sequences, then returns the tokens/s of `steps` decode steps.
@@ -201,12 +182,12 @@ int Main(int argc, char** argv) {
     auto m = LoadGgufModel(path);
     if (!m.ok()) return std::fprintf(stderr, "%s\n", m.status().message().c_str()), 1;
     if (t == "f32") {
-      models.push_back({t, "-", m->weights, StepBytes(*m->weights)});
+      models.push_back({t, "-", m->weights, DecodeStepWeightBytes(*m->weights)});
       continue;
     }
     for (const std::string& isa : Split(isas)) {
       SetQuantDotIsaForTesting(isa.c_str());
-      models.push_back({t, QuantDotIsa(), m->weights, StepBytes(*m->weights)});
+      models.push_back({t, QuantDotIsa(), m->weights, DecodeStepWeightBytes(*m->weights)});
     }
   }
   const double bandwidth = ReadBandwidth(threads);

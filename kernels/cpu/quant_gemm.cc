@@ -3,8 +3,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tinyserve {
@@ -125,32 +127,56 @@ __attribute__((target("avx2,f16c"))) inline float Half(const uint8_t* p) {
   return _cvtsh_ss(h);  // exact, as HalfToFloat
 }
 
-// The fused kernels: one weight row against up to 4 activation rows, the blocks decoded once,
-// in DotRowReference's lane order (this file is compiled with -ffp-contract=off: the only fused
-// multiply-adds are the explicit ones), so they give its bits.
+// The fused kernels: a tile of R weight rows (w[0..R)) against C activation rows (x[0..C)),
+// out[c * R + r] = the dot of weight row r and activation row c. Each block is loaded once for
+// the tile, and the R x C accumulator chains are independent, so at batch 1 (C = 1) the R weight
+// rows stream side by side instead of one latency-bound chain at a time. Every output element is
+// DotRowReference's lane order (this file is compiled with -ffp-contract=off: the only fused
+// multiply-adds are the explicit ones), so any tile shape gives its bits.
 __attribute__((target("avx2,fma"))) inline float HsumLanes(__m256 v) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // (a0+a4)+(a2+a6), (a1+a5)+(a3+a7)
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
-__attribute__((target("avx2,fma,f16c"))) void FusedQ8_0(const uint8_t* w, const Q8Row* x, int rows,
-                                                        int64_t k, float* out) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
+// The largest tile (R weight rows x C activation rows) each kernel is instantiated for (AVX2 has
+// 16 vector registers, the VNNI kernels' EVEX encoding 32), measured on an AMD EPYC (Zen 4, 2
+// threads, bench/quant_linear_bench.cc; bench/RESULTS.md): Q8_0 at batch 32 runs 1.6x faster on
+// 4 x 4 tiles than on 1 x 4, but a batch of one reads its weight rows faster one at a time (one
+// sequential stream per thread: 4-row tiles were 1.3x slower), and Q4_K was faster on 1 x 4 tiles
+// at every batch. So Q8_0 takes row tiles from kRowTileMinBatch activation rows on.
+constexpr int kMaxTileRows = 4;
+constexpr int kMaxTileCols = 4;
+constexpr int kRowTileMinBatch = 4;
+template <int R, int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ8_0(const uint8_t* const* w, const Q8Row* x,
+                                                       const int32_t* const* /*negsum*/, int64_t k,
+                                                       float* out) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < k / 32; ++b) {
-    const uint8_t* blk = w + 34 * b;
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    const __m256i aw = _mm256_sign_epi8(wv, wv);
-    const float dw = Half(blk);
-    for (int r = 0; r < rows; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * b));
-      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[r].d[b]), acc[r]);
+    __m256i wv[R], aw[R];
+    float dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w[r] + 34 * b;
+      wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+      dw[r] = Half(blk);
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[c].qs + 32 * b));
+      const float dx = x[c].d[b];
+      for (int r = 0; r < R; ++r) {
+        const __m256i p =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][c]);
+      }
     }
   }
-  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]);
 }
 
 // AVX-512 VNNI on 256-bit vectors (AVX512VL): vpdpbusd (four u8 x s8 products into each int32
@@ -172,26 +198,37 @@ __attribute__((target(TINYSERVE_VNNI))) void NegatedLaneSums(const int8_t* xq, i
   }
 }
 
-// FusedQ8_0 with one vpdpbusd per block and activation row (negsum: NegatedLaneSums per row).
-__attribute__((target(TINYSERVE_VNNI))) void FusedQ8_0Vnni(const uint8_t* w, const Q8Row* x,
-                                                           const int32_t* const* negsum, int rows,
-                                                           int64_t k, float* out) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
+// TileQ8_0 with one vpdpbusd per block, weight row and activation row (negsum[c]:
+// NegatedLaneSums of activation row c).
+template <int R, int C>
+__attribute__((target(TINYSERVE_VNNI))) void TileQ8_0Vnni(const uint8_t* const* w, const Q8Row* x,
+                                                          const int32_t* const* negsum, int64_t k,
+                                                          float* out) {
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < k / 32; ++b) {
-    const uint8_t* blk = w + 34 * b;
-    const __m256i wu = _mm256_xor_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), flip);  // w + 128
-    const float dw = Half(blk);
-    for (int r = 0; r < rows; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].qs + 32 * b));
-      const __m256i ns = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(negsum[r] + 8 * b));
-      const __m256i p = _mm256_dpbusd_epi32(ns, wu, xv);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[r].d[b]), acc[r]);
+    __m256i wu[R];
+    float dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w[r] + 34 * b;
+      wu[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
+                               flip);  // w + 128
+      dw[r] = Half(blk);
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[c].qs + 32 * b));
+      const __m256i ns = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(negsum[c] + 8 * b));
+      const float dx = x[c].d[b];
+      for (int r = 0; r < R; ++r) {
+        const __m256i p = _mm256_dpbusd_epi32(ns, wu[r], xv);
+        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][c]);
+      }
     }
   }
-  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]);
 }
 
 // A Q4_K block's 8 sub-block scales and mins (ggml's get_scale_min_k4).
@@ -207,80 +244,277 @@ inline void ScalesMinsQ4_K(const uint8_t* q, int32_t* sc, int32_t* mn) {
   }
 }
 
+// One Q4_K block of a weight row, as the tile kernels read it.
+struct BlockQ4_K {
+  float d = 0.0f, dmin = 0.0f;
+  int32_t sc[8], mn[8];
+  const uint8_t* qs = nullptr;  // 128 bytes: sub-blocks 2 g (low nibbles) and 2 g + 1 (high)
+};
+
+__attribute__((target("avx2,f16c"))) inline BlockQ4_K ReadBlockQ4_K(const uint8_t* blk) {
+  BlockQ4_K q;
+  q.d = Half(blk);
+  q.dmin = Half(blk + 2);
+  ScalesMinsQ4_K(blk + 4, q.sc, q.mn);
+  q.qs = blk + 16;
+  return q;
+}
+
+// Sub-block s of a Q4_K block: its 32 nibbles (0..15) as bytes.
+__attribute__((target("avx2"))) inline __m256i NibblesQ4_K(const BlockQ4_K& q, int s) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs + 32 * (s / 2)));
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  return _mm256_and_si256(s % 2 == 0 ? v : _mm256_srli_epi16(v, 4), m4);
+}
+
 // The fp32 half of a Q4_K block for one activation row: acc += float(lane) * (d * dx) and the
 // mins' chain (the same steps for both instruction sets).
-__attribute__((target("avx2,fma"))) inline void AccumulateQ4_K(__m256i lane, float d, float dmin,
-                                                               const int32_t* mn, const Q8Row& x,
-                                                               int64_t b, __m256* acc,
-                                                               float* mins) {
-  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(d * x.d[b]), *acc);
+__attribute__((target("avx2,fma"))) inline void AccumulateQ4_K(__m256i lane, const BlockQ4_K& q,
+                                                               const Q8Row& x, int64_t b,
+                                                               __m256* acc, float* mins) {
+  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(q.d * x.d[b]), *acc);
   const int16_t* sums = x.sums + 16 * b;
   int32_t msum = 0;
-  for (int s = 0; s < 8; ++s) msum += mn[s] * (sums[2 * s] + sums[2 * s + 1]);
-  *mins += (dmin * x.d[b]) * static_cast<float>(msum);
+  for (int s = 0; s < 8; ++s) msum += q.mn[s] * (sums[2 * s] + sums[2 * s + 1]);
+  *mins += (q.dmin * x.d[b]) * static_cast<float>(msum);
 }
 
-// A Q4_K block's 8 sub-blocks of 32 nibbles (0..15) as bytes, and the scales as int16 vectors.
-__attribute__((target("avx2"))) inline void UnpackQ4_K(const uint8_t* blk, const int32_t* sc,
-                                                       __m256i* lv, __m256i* scv) {
+// The Q4_K tile: per block, each weight row's scales once, then per sub-block its nibbles against
+// each activation row's 32 bytes. The integer lane sums are exact (so their order is free): per
+// sub-block maddubs, then madd and add on AVX2 (TileQ4_K) or one vpdpwssd (TileQ4_KVnni); the
+// fp32 steps are AccumulateQ4_K's, in block order.
+template <int R, int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ4_K(const uint8_t* const* w, const Q8Row* x,
+                                                       const int32_t* const* /*negsum*/, int64_t k,
+                                                       float* out) {
+  __m256 acc[R][C];
+  float mins[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps(), mins[r][c] = 0.0f;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    BlockQ4_K q[R];
+    for (int r = 0; r < R; ++r) q[r] = ReadBlockQ4_K(w[r] + 144 * b);
+    __m256i lane[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) lane[r][c] = _mm256_setzero_si256();
+    for (int s = 0; s < 8; ++s) {
+      __m256i lv[R], scv[R];
+      for (int r = 0; r < R; ++r) {
+        lv[r] = NibblesQ4_K(q[r], s);
+        scv[r] = _mm256_set1_epi16(static_cast<int16_t>(q[r].sc[s]));
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[c].qs + 256 * b + 32 * s));
+        for (int r = 0; r < R; ++r) {
+          const __m256i p16 = _mm256_maddubs_epi16(lv[r], xv);
+          lane[r][c] = _mm256_add_epi32(lane[r][c], _mm256_madd_epi16(p16, scv[r]));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c)
+        AccumulateQ4_K(lane[r][c], q[r], x[c], b, &acc[r][c], &mins[r][c]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]) - mins[r][c];
+}
+
+// TileQ4_K with vpdpwssd (the scaled pair sums added in one instruction).
+template <int R, int C>
+__attribute__((target(TINYSERVE_VNNI))) void TileQ4_KVnni(const uint8_t* const* w, const Q8Row* x,
+                                                          const int32_t* const* /*negsum*/,
+                                                          int64_t k, float* out) {
+  __m256 acc[R][C];
+  float mins[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps(), mins[r][c] = 0.0f;
+  for (int64_t b = 0; b < k / 256; ++b) {
+    BlockQ4_K q[R];
+    for (int r = 0; r < R; ++r) q[r] = ReadBlockQ4_K(w[r] + 144 * b);
+    __m256i lane[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) lane[r][c] = _mm256_setzero_si256();
+    for (int s = 0; s < 8; ++s) {
+      __m256i lv[R], scv[R];
+      for (int r = 0; r < R; ++r) {
+        lv[r] = NibblesQ4_K(q[r], s);
+        scv[r] = _mm256_set1_epi16(static_cast<int16_t>(q[r].sc[s]));
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[c].qs + 256 * b + 32 * s));
+        for (int r = 0; r < R; ++r)
+          lane[r][c] = _mm256_dpwssd_epi32(lane[r][c], _mm256_maddubs_epi16(lv[r], xv), scv[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c)
+        AccumulateQ4_K(lane[r][c], q[r], x[c], b, &acc[r][c], &mins[r][c]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]) - mins[r][c];
+}
+
+// Q5_K and Q6_K in CombineDots' order: per super-block, the exact integer sum of every
+// sub-block's scale times its dot product (isum; the vector's lanes hold parts of it, any order
+// gives the same integer), then CombineDots' scalar steps (Q5_K with the mins' integer sum), so
+// these give its bits. One weight row (R = 1) against C activation rows.
+template <int R, int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ5_K(const uint8_t* const* w, const Q8Row* x,
+                                                       const int32_t* const* /*negsum*/, int64_t k,
+                                                       float* out) {
+  static_assert(R == 1);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  for (int g = 0; g < 4; ++g) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * g));
-    lv[2 * g] = _mm256_and_si256(v, m4);
-    lv[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  }
-  for (int j = 0; j < 8; ++j) scv[j] = _mm256_set1_epi16(static_cast<int16_t>(sc[j]));
-}
-
-__attribute__((target("avx2,fma,f16c"))) void FusedQ4_K(const uint8_t* w, const Q8Row* x, int rows,
-                                                        int64_t k, float* out) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const __m256i one = _mm256_set1_epi8(1);
+  float acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
   for (int64_t b = 0; b < k / 256; ++b) {
-    const uint8_t* blk = w + 144 * b;
-    const float d = Half(blk), dmin = Half(blk + 2);
+    const uint8_t* blk = w[0] + 176 * b;
     int32_t sc[8], mn[8];
     ScalesMinsQ4_K(blk + 4, sc, mn);
-    __m256i lv[8], scv[8];
-    UnpackQ4_K(blk, sc, lv, scv);
-    for (int r = 0; r < rows; ++r) {
-      const int8_t* xq = x[r].qs + 256 * b;
-      __m256i lane = _mm256_setzero_si256();
-      for (int s = 0; s < 8; ++s) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * s));
-        lane = _mm256_add_epi32(lane, _mm256_madd_epi16(_mm256_maddubs_epi16(lv[s], xv), scv[s]));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+    __m256i lane[C];
+    for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 48 + 32 * g));
+      // Levels 0..31: the nibble and, at bit 4, bit 2g (2g + 1) of qh's byte (DotsQ4_5KAvx2).
+      const __m256i lo = _mm256_or_si256(
+          _mm256_and_si256(q, m4),
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4));
+      const __m256i hi = _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4));
+      const __m256i slo = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g]));
+      const __m256i shi = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g + 1]));
+      for (int c = 0; c < C; ++c) {
+        const int8_t* xq = x[c].qs + 256 * b + 64 * g;
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+        lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), slo));
+        lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), shi));
       }
-      AccumulateQ4_K(lane, d, dmin, mn, x[r], b, &acc[r], &mins[r]);
+    }
+    const float d = Half(blk), dmin = Half(blk + 2);
+    for (int c = 0; c < C; ++c) {
+      const int32_t isum = Hsum256(lane[c]);
+      const int16_t* sums = x[c].sums + 16 * b;
+      int32_t msum = 0;
+      for (int sb = 0; sb < 8; ++sb) msum += mn[sb] * (sums[2 * sb] + sums[2 * sb + 1]);
+      const float v = d * static_cast<float>(isum) - dmin * static_cast<float>(msum);
+      acc[c] += x[c].d[b] * v;
     }
   }
-  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]) - mins[r];
+  for (int c = 0; c < C; ++c) out[c] = acc[c];
 }
 
-// FusedQ4_K with vpdpwssd (the scaled pair sums added in one instruction).
-__attribute__((target(TINYSERVE_VNNI))) void FusedQ4_KVnni(const uint8_t* w, const Q8Row* x,
-                                                           int rows, int64_t k, float* out) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+template <int R, int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ6_K(const uint8_t* const* w, const Q8Row* x,
+                                                       const int32_t* const* /*negsum*/, int64_t k,
+                                                       float* out) {
+  static_assert(R == 1);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  const __m256i bias = _mm256_set1_epi8(32);
+  float acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
   for (int64_t b = 0; b < k / 256; ++b) {
-    const uint8_t* blk = w + 144 * b;
-    const float d = Half(blk), dmin = Half(blk + 2);
-    int32_t sc[8], mn[8];
-    ScalesMinsQ4_K(blk + 4, sc, mn);
-    __m256i lv[8], scv[8];
-    UnpackQ4_K(blk, sc, lv, scv);
-    for (int r = 0; r < rows; ++r) {
-      const int8_t* xq = x[r].qs + 256 * b;
-      __m256i lane = _mm256_setzero_si256();
-      for (int s = 0; s < 8; ++s) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * s));
-        lane = _mm256_dpwssd_epi32(lane, _mm256_maddubs_epi16(lv[s], xv), scv[s]);
+    const uint8_t* blk = w[0] + 210 * b;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(blk + 192);
+    __m256i lane[C];
+    for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = blk + 64 * half;
+      const uint8_t* qh = blk + 128 + 32 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      // Elements 32 r .. 32 r + 31 of this half (DotsQ6_KAvx2's q[r]), levels q - 32 in -32..31.
+      __m256i q[4];
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+      for (int r = 0; r < 4; ++r) {
+        const __m256i lv = _mm256_sub_epi8(q[r], bias);
+        const __m256i alv = _mm256_sign_epi8(lv, lv);
+        // Sub-blocks 8 half + 2 r (the low 16 elements) and the next (the high 16).
+        const int s = 8 * half + 2 * r;
+        const __m256i sv =
+            _mm256_set_m128i(_mm_set1_epi16(scales[s + 1]), _mm_set1_epi16(scales[s]));
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(x[c].qs + 256 * b + 128 * half + 32 * r));
+          // |level| * (x * sign(level)): exact pairs (|p| <= 2 * 32 * 127).
+          const __m256i p16 = _mm256_maddubs_epi16(alv, _mm256_sign_epi8(xv, lv));
+          lane[c] = _mm256_add_epi32(lane[c], _mm256_madd_epi16(p16, sv));
+        }
       }
-      AccumulateQ4_K(lane, d, dmin, mn, x[r], b, &acc[r], &mins[r]);
     }
+    const float d = Half(blk + 208);
+    for (int c = 0; c < C; ++c) acc[c] += x[c].d[b] * (d * static_cast<float>(Hsum256(lane[c])));
   }
-  for (int r = 0; r < rows; ++r) out[r] = HsumLanes(acc[r]) - mins[r];
+  for (int c = 0; c < C; ++c) out[c] = acc[c];
+}
+
+// A tile kernel: TileQ8_0<R, C> and the others' signature.
+using TileFn = void (*)(const uint8_t* const* w, const Q8Row* x, const int32_t* const* negsum,
+                        int64_t k, float* out);
+
+// Each kernel with its widest tile; Kernel::fn<R, C> is its instantiation.
+struct Q8_0Avx2 {
+  static constexpr int kMaxRows = 4, kMaxCols = 2;
+  template <int R, int C>
+  static constexpr TileFn fn = &TileQ8_0<R, C>;
+};
+struct Q8_0Vnni {
+  static constexpr int kMaxRows = 4, kMaxCols = 4;
+  template <int R, int C>
+  static constexpr TileFn fn = &TileQ8_0Vnni<R, C>;
+};
+struct Q4_KAvx2 {
+  static constexpr int kMaxRows = 1, kMaxCols = 4;
+  template <int R, int C>
+  static constexpr TileFn fn = &TileQ4_K<R, C>;
+};
+struct Q4_KVnni {
+  static constexpr int kMaxRows = 1, kMaxCols = 4;
+  template <int R, int C>
+  static constexpr TileFn fn = &TileQ4_KVnni<R, C>;
+};
+struct Q5_KAvx2 {
+  static constexpr int kMaxRows = 1, kMaxCols = 4;
+  template <int R, int C>
+  static constexpr TileFn fn = &TileQ5_K<R, C>;
+};
+struct Q6_KAvx2 {
+  static constexpr int kMaxRows = 1, kMaxCols = 4;
+  template <int R, int C>
+  static constexpr TileFn fn = &TileQ6_K<R, C>;
+};
+static_assert(Q8_0Vnni::kMaxRows <= kMaxTileRows && Q8_0Vnni::kMaxCols <= kMaxTileCols);
+
+// table[(R - 1) * kMaxCols + C - 1] = Kernel::fn<R, C>.
+template <class Kernel, int... I>
+constexpr std::array<TileFn, sizeof...(I)> TileTable(std::integer_sequence<int, I...>) {
+  return {Kernel::template fn<I / Kernel::kMaxCols + 1, I % Kernel::kMaxCols + 1>...};
+}
+
+struct TileKernels {
+  int max_rows = 0, max_cols = 0;
+  const TileFn* table = nullptr;  // [max_rows * max_cols]
+  TileFn at(int r, int c) const { return table[(r - 1) * max_cols + (c - 1)]; }
+};
+
+template <class Kernel>
+TileKernels KernelsOf() {
+  static constexpr auto table =
+      TileTable<Kernel>(std::make_integer_sequence<int, Kernel::kMaxRows * Kernel::kMaxCols>());
+  return {Kernel::kMaxRows, Kernel::kMaxCols, table.data()};
 }
 #endif
 
@@ -313,6 +547,29 @@ DotIsa BestIsa() {
 }
 
 DotIsa g_isa = BestIsa();
+
+#ifdef TINYSERVE_QUANT_X86
+// Whether rows of type t run through the tile kernels on `isa` (Q8_0 and Q4_K; not portable).
+bool HasTileKernels(QuantType t, DotIsa isa) {
+  return isa != DotIsa::kPortable && (t == QuantType::kQ8_0 || t == QuantType::kQ4_K ||
+                                      t == QuantType::kQ5_K || t == QuantType::kQ6_K);
+}
+
+// REQUIRES: HasTileKernels(t, isa).
+TileKernels TileKernelsFor(QuantType t, DotIsa isa) {
+  const bool vnni = isa == DotIsa::kAvx512Vnni;
+  switch (t) {
+    case QuantType::kQ8_0:
+      return vnni ? KernelsOf<Q8_0Vnni>() : KernelsOf<Q8_0Avx2>();
+    case QuantType::kQ4_K:
+      return vnni ? KernelsOf<Q4_KVnni>() : KernelsOf<Q4_KAvx2>();
+    case QuantType::kQ5_K:  // (no VNNI twins: the AVX2 instructions run there too)
+      return KernelsOf<Q5_KAvx2>();
+    default:
+      return KernelsOf<Q6_KAvx2>();
+  }
+}
+#endif
 
 int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
   int32_t p = 0;
@@ -429,43 +686,51 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
   parallel_for(items, [&](int64_t item) {
     static thread_local std::vector<int32_t> dots;
     dots.resize(static_cast<size_t>(k / 16));
-    const int32_t j1 = std::min<int32_t>(n, static_cast<int32_t>((item + 1) * kRowsPerItem));
-    for (int32_t j = static_cast<int32_t>(item * kRowsPerItem); j < j1; ++j) {
+    const int32_t j_end = std::min<int32_t>(n, static_cast<int32_t>((item + 1) * kRowsPerItem));
+    int32_t j = static_cast<int32_t>(item * kRowsPerItem);
+    // The item's rows part by part: [j, seg_end) are rows [local, ...) of one part.
+    while (j < j_end) {
       int32_t local = 0;
       const QuantMatrixPart& part = w.parts[PartOfRow(w, j, &local)];
-      const uint8_t* wrow = part.blocks + QuantRowBytes(part.type, k) * local;
-      const std::vector<Q8Row>& xr = rows[IsKQuant(part.type) ? 1 : 0];
+      const int32_t seg_end = std::min(j_end, j + (part.rows - local));
+      const size_t wrow_bytes = QuantRowBytes(part.type, k);
+      const uint8_t* wrow = part.blocks + wrow_bytes * local;
+      const bool k_quant = IsKQuant(part.type);
+      const std::vector<Q8Row>& xr = rows[k_quant ? 1 : 0];
 #ifdef TINYSERVE_QUANT_X86
-      if (isa != DotIsa::kPortable &&
-          (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K)) {
-        const bool vnni = isa == DotIsa::kAvx512Vnni;
-        for (int32_t i = 0; i < m; i += 4) {
-          const int r = std::min<int32_t>(4, m - i);
-          float out[4];
-          if (part.type == QuantType::kQ8_0) {
-            if (vnni) {
-              FusedQ8_0Vnni(wrow, &xr[i], &negsum[i], r, k, out);
-            } else {
-              FusedQ8_0(wrow, &xr[i], r, k, out);
+      if (HasTileKernels(part.type, isa)) {
+        // Tiles of up to tile_rows weight rows (the kernel's widest from kRowTileMinBatch
+        // activation rows on, else 1), each against the activation rows max_cols at a time.
+        const TileKernels kernels = TileKernelsFor(part.type, isa);
+        const int32_t tile_rows = m >= kRowTileMinBatch ? kernels.max_rows : 1;
+        const int32_t* const* ns = k_quant || negsum.empty() ? nullptr : negsum.data();
+        for (; j < seg_end; j += tile_rows, wrow += wrow_bytes * tile_rows) {
+          const int r = std::min<int32_t>(tile_rows, seg_end - j);
+          const uint8_t* tile_w[kMaxTileRows];
+          for (int u = 0; u < r; ++u) tile_w[u] = wrow + wrow_bytes * u;
+          float out[kMaxTileRows * kMaxTileCols];
+          for (int32_t i = 0; i < m; i += kernels.max_cols) {
+            const int c = std::min<int32_t>(kernels.max_cols, m - i);
+            kernels.at(r, c)(tile_w, &xr[i], ns == nullptr ? nullptr : ns + i, k, out);
+            for (int v = 0; v < c; ++v) {
+              float* yrow = y + static_cast<size_t>(i + v) * n + j;
+              for (int u = 0; u < r; ++u) yrow[u] = out[v * r + u];
             }
-          } else if (vnni) {
-            FusedQ4_KVnni(wrow, &xr[i], r, k, out);
-          } else {
-            FusedQ4_K(wrow, &xr[i], r, k, out);
           }
-          for (int u = 0; u < r; ++u) y[static_cast<size_t>(i + u) * n + j] = out[u];
         }
         continue;
       }
 #endif
-      if (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K) {
-        for (int32_t i = 0; i < m; ++i)
-          y[static_cast<size_t>(i) * n + j] = DotRowReference(part.type, wrow, xr[i]);
-        continue;
-      }
-      for (int32_t i = 0; i < m; ++i) {
-        SubBlockDots(part.type, wrow, xr[i].qs, k, dots.data());
-        y[static_cast<size_t>(i) * n + j] = CombineDots(part.type, wrow, xr[i], dots.data());
+      for (; j < seg_end; ++j, wrow += wrow_bytes) {
+        if (part.type == QuantType::kQ8_0 || part.type == QuantType::kQ4_K) {
+          for (int32_t i = 0; i < m; ++i)
+            y[static_cast<size_t>(i) * n + j] = DotRowReference(part.type, wrow, xr[i]);
+          continue;
+        }
+        for (int32_t i = 0; i < m; ++i) {
+          SubBlockDots(part.type, wrow, xr[i].qs, k, dots.data());
+          y[static_cast<size_t>(i) * n + j] = CombineDots(part.type, wrow, xr[i], dots.data());
+        }
       }
     }
   });

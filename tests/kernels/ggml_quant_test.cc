@@ -345,13 +345,15 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
   }
 }
 
-// The fused kernels on level bytes no quantizer writes (Q8_0's -128, Q4_K's every scale and min
-// byte, random): each instruction set still gives DotRowReference's bits, for batches of 1..9
-// rows (a partial tile of 4 included) and k = 256 * 3 (a block count that is not a power of two).
+// The fused (tile) kernels on level bytes no quantizer writes (Q8_0's -128, every scale and min
+// byte of the K-quants, Q6_K's scale -128, random): each instruction set still gives
+// DotRowReference's bits, for batches of 1..9 rows (partial tiles of activation rows, and from 4
+// rows on a partial tile of 3 weight rows) and k = 256 * 3 (a block count that is not a power of
+// two).
 TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
   const int32_t k = 768, n = 3, max_m = 9;
   const std::vector<float> x = Gaussian(static_cast<size_t>(max_m) * k, 31, 4.0f);
-  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K}) {
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K}) {
     const size_t row_bytes = QuantRowBytes(t, k);
     std::vector<uint8_t> w(row_bytes * n);
     QuantizeRowReference(t, Gaussian(static_cast<size_t>(n) * k, 7).data(), k, w.data());
@@ -359,12 +361,18 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
       QuantizeRowReference(t, Gaussian(k, 8 + r).data(), k, w.data() + row_bytes * r);
     }
     std::mt19937 rng(17);
-    const size_t block_bytes = t == QuantType::kQ8_0 ? 34 : 144;
+    const size_t block_bytes = QuantBlockBytes(t);
+    // The f16 scales stay finite: Q8_0's d (bytes 0-1), Q4_K's and Q5_K's d and dmin (0-3),
+    // Q6_K's d (208-209); every other byte is random.
+    const size_t f16_begin = t == QuantType::kQ6_K ? 208 : 0;
+    const size_t f16_end = t == QuantType::kQ6_K ? 210 : t == QuantType::kQ8_0 ? 2 : 4;
     for (size_t off = 0; off < w.size(); ++off) {
       const size_t in_block = off % block_bytes;
-      if (in_block >= (t == QuantType::kQ8_0 ? 2u : 4u)) w[off] = static_cast<uint8_t>(rng());
+      if (in_block < f16_begin || in_block >= f16_end) w[off] = static_cast<uint8_t>(rng());
     }
-    w[2] = 0x80;  // -128 in the first Q8_0 block / a scale byte with both high bits in Q4_K
+    // -128 in the first Q8_0 block / a scale byte with both high bits in Q4_K and Q5_K / Q6_K's
+    // first sub-block scale -128.
+    w[t == QuantType::kQ6_K ? 192 : 2] = 0x80;
     QuantMatrix qm;
     qm.rows = n;
     qm.cols = k;
