@@ -37,6 +37,22 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
   for (int32_t j = 0; j < dim; ++j) out[j] = weight[j] * (ss * x[j]);
 }
 
+// sum of a[i] * b[i] over i < n in a fixed order that depends on n only: eight lane sums (lane l
+// takes i = l, l + 8, ... in order; a product, then an add), combined as ReduceLanes does, then
+// the tail i >= n - n % 8 in order. Eight independent chains instead of one: attention's q.k
+// was latency-bound on one (34% of a batch-32 decode step).
+float LaneDot(const float* a, const float* b, int32_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int32_t n8 = n - n % 8;
+  for (int32_t i = 0; i < n8; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
+  }
+  float sum =
+      ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  for (int32_t i = n8; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads) {
@@ -258,8 +274,7 @@ class CpuBackend final : public Backend {
         for (int32_t p = 0; p < len; ++p) {
           const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
           const float* kp = k_cache + slot * kv_width + kvh * head_dim;
-          float score = 0.0f;
-          for (int32_t i = 0; i < head_dim; ++i) score += qh[i] * kp[i];
+          float score = LaneDot(qh, kp, head_dim);
           score /= denom;
           att[p] = score;
           max_score = std::max(max_score, score);
