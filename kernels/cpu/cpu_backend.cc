@@ -254,43 +254,56 @@ class CpuBackend final : public Backend {
     for (int32_t s = 0; s < meta.num_seqs; ++s) {
       for (int32_t t = meta.query_start[s]; t < meta.query_start[s + 1]; ++t) seq_of[t] = s;
     }
-    const int64_t work = static_cast<int64_t>(meta.num_tokens) * num_heads;
+    // A work item is (token, a run of heads_per_item heads). Many tokens: all heads of a token
+    // in one item, so each key and value row (every head's, contiguous) is read once and in
+    // order; few tokens (decode at small batch): one head per item, so the threads share them.
+    // Every head's arithmetic is the same either way (the bits do not depend on the grouping).
+    const int32_t heads_per_item = meta.num_tokens >= 8 ? num_heads : 1;
+    const int32_t items_per_token = num_heads / heads_per_item;
+    const int64_t work = static_cast<int64_t>(meta.num_tokens) * items_per_token;
     // Threads only when there is enough to share: each parallel region costs a barrier.
     int64_t flops = 0;
     for (int32_t t = 0; t < meta.num_tokens; ++t) flops += meta.positions[t] + 1;
     flops *= 4LL * num_heads * head_dim;
     For(flops > 200000, work, [&](int64_t wi) {
-      thread_local std::vector<float> att;
-      {
-        const int32_t t = static_cast<int32_t>(wi / num_heads);
-        const int32_t h = static_cast<int32_t>(wi % num_heads);
-        const int32_t* table =
-            meta.block_tables + static_cast<size_t>(seq_of[t]) * meta.max_blocks_per_seq;
-        const int32_t len = meta.positions[t] + 1;
-        const float* qh = q + static_cast<size_t>(t) * q_stride + h * head_dim;
-        const int32_t kvh = h / kv_mul;
-        att.resize(len);
-        float max_score = -INFINITY;
-        for (int32_t p = 0; p < len; ++p) {
-          const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-          const float* kp = k_cache + slot * kv_width + kvh * head_dim;
-          float score = LaneDot(qh, kp, head_dim);
-          score /= denom;
-          att[p] = score;
-          max_score = std::max(max_score, score);
+      thread_local std::vector<float> att;  // [heads_per_item, len]
+      const int32_t t = static_cast<int32_t>(wi / items_per_token);
+      const int32_t h0 = static_cast<int32_t>(wi % items_per_token) * heads_per_item;
+      const int32_t* table =
+          meta.block_tables + static_cast<size_t>(seq_of[t]) * meta.max_blocks_per_seq;
+      const int32_t len = meta.positions[t] + 1;
+      att.resize(static_cast<size_t>(heads_per_item) * len);
+      for (int32_t p = 0; p < len; ++p) {
+        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+        const float* krow = k_cache + slot * kv_width;
+        for (int32_t u = 0; u < heads_per_item; ++u) {
+          const int32_t h = h0 + u;
+          const float* qh = q + static_cast<size_t>(t) * q_stride + h * head_dim;
+          att[static_cast<size_t>(u) * len + p] =
+              LaneDot(qh, krow + (h / kv_mul) * head_dim, head_dim) / denom;
         }
+      }
+      for (int32_t u = 0; u < heads_per_item; ++u) {
+        float* a = att.data() + static_cast<size_t>(u) * len;
+        float max_score = -INFINITY;
+        for (int32_t p = 0; p < len; ++p) max_score = std::max(max_score, a[p]);
         float sum = 0.0f;
         for (int32_t p = 0; p < len; ++p) {
-          att[p] = std::exp(att[p] - max_score);
-          sum += att[p];
+          a[p] = std::exp(a[p] - max_score);
+          sum += a[p];
         }
-        for (int32_t p = 0; p < len; ++p) att[p] /= sum;
-        float* oh = out + static_cast<size_t>(t) * num_heads * head_dim + h * head_dim;
+        for (int32_t p = 0; p < len; ++p) a[p] /= sum;
+        float* oh = out + static_cast<size_t>(t) * num_heads * head_dim + (h0 + u) * head_dim;
         std::fill(oh, oh + head_dim, 0.0f);
-        for (int32_t p = 0; p < len; ++p) {
-          const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-          const float* vp = v_cache + slot * kv_width + kvh * head_dim;
-          const float a = att[p];
+      }
+      for (int32_t p = 0; p < len; ++p) {
+        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+        const float* vrow = v_cache + slot * kv_width;
+        for (int32_t u = 0; u < heads_per_item; ++u) {
+          const int32_t h = h0 + u;
+          const float* vp = vrow + (h / kv_mul) * head_dim;
+          float* oh = out + static_cast<size_t>(t) * num_heads * head_dim + h * head_dim;
+          const float a = att[static_cast<size_t>(u) * len + p];
           for (int32_t i = 0; i < head_dim; ++i) oh[i] += a * vp[i];
         }
       }
