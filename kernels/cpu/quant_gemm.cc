@@ -231,23 +231,41 @@ __attribute__((target(TINYSERVE_VNNI))) void TileQ8_0Vnni(const uint8_t* const* 
     for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]);
 }
 
-// A Q4_K block's 8 sub-block scales and mins (ggml's get_scale_min_k4).
-inline void ScalesMinsQ4_K(const uint8_t* q, int32_t* sc, int32_t* mn) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      sc[j] = q[j] & 63;
-      mn[j] = q[j + 4] & 63;
-    } else {
-      sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-      mn[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-  }
+// A Q4_K (or Q5_K) block's 8 six-bit sub-block scales and mins (ggml's get_scale_min_k4),
+// unpacked four at a time in 32-bit words (x86 is little-endian): of the 12 bytes at q, bytes 0-3
+// hold the low 6 bits of scales 0-3, 4-7 those of mins 0-3, and their top 2 bits are bits 4-5 of
+// scales (mins) 4-7, whose low 4 bits are the low (high) nibbles of bytes 8-11.
+inline void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const uint32_t sc03 = u[0] & kLow6, mn03 = u[1] & kLow6;
+  const uint32_t sc47 = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  const uint32_t mn47 = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  std::memcpy(sc, &sc03, 4);
+  std::memcpy(sc + 4, &sc47, 4);
+  std::memcpy(mn, &mn03, 4);
+  std::memcpy(mn + 4, &mn47, 4);
+}
+
+// The 8 mins as 16 int16 lanes, each twice ([m0, m0, m1, m1, ...]), to pair with Q8_K's 16 sums.
+__attribute__((target("avx2"))) inline __m256i PairedMins(const uint8_t* mn) {
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  return _mm256_cvtepu8_epi16(
+      _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)), dup));
+}
+
+// sum over s < 8 of mn[s] * (sums[2 s] + sums[2 s + 1]): exact (|term| <= 63 * 2 * 16 * 127), so
+// the same integer as the scalar loop.
+__attribute__((target("avx2"))) inline int32_t MinsDot(__m256i paired_mins, const int16_t* sums) {
+  return Hsum256(
+      _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)), paired_mins));
 }
 
 // One Q4_K block of a weight row, as the tile kernels read it.
 struct BlockQ4_K {
   float d = 0.0f, dmin = 0.0f;
-  int32_t sc[8], mn[8];
+  uint8_t sc[8], mn[8];
   const uint8_t* qs = nullptr;  // 128 bytes: sub-blocks 2 g (low nibbles) and 2 g + 1 (high)
 };
 
@@ -255,7 +273,7 @@ __attribute__((target("avx2,f16c"))) inline BlockQ4_K ReadBlockQ4_K(const uint8_
   BlockQ4_K q;
   q.d = Half(blk);
   q.dmin = Half(blk + 2);
-  ScalesMinsQ4_K(blk + 4, q.sc, q.mn);
+  ScalesMinsK4(blk + 4, q.sc, q.mn);
   q.qs = blk + 16;
   return q;
 }
@@ -273,9 +291,7 @@ __attribute__((target("avx2,fma"))) inline void AccumulateQ4_K(__m256i lane, con
                                                                const Q8Row& x, int64_t b,
                                                                __m256* acc, float* mins) {
   *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(q.d * x.d[b]), *acc);
-  const int16_t* sums = x.sums + 16 * b;
-  int32_t msum = 0;
-  for (int s = 0; s < 8; ++s) msum += q.mn[s] * (sums[2 * s] + sums[2 * s + 1]);
+  const int32_t msum = MinsDot(PairedMins(q.mn), x.sums + 16 * b);
   *mins += (q.dmin * x.d[b]) * static_cast<float>(msum);
 }
 
@@ -371,8 +387,9 @@ __attribute__((target("avx2,fma,f16c"))) void TileQ5_K(const uint8_t* const* w, 
   for (int c = 0; c < C; ++c) acc[c] = 0.0f;
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = w[0] + 176 * b;
-    int32_t sc[8], mn[8];
-    ScalesMinsQ4_K(blk + 4, sc, mn);
+    uint8_t sc[8], mn[8];
+    ScalesMinsK4(blk + 4, sc, mn);
+    const __m256i paired_mins = PairedMins(mn);
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
     __m256i lane[C];
     for (int c = 0; c < C; ++c) lane[c] = _mm256_setzero_si256();
@@ -398,9 +415,7 @@ __attribute__((target("avx2,fma,f16c"))) void TileQ5_K(const uint8_t* const* w, 
     const float d = Half(blk), dmin = Half(blk + 2);
     for (int c = 0; c < C; ++c) {
       const int32_t isum = Hsum256(lane[c]);
-      const int16_t* sums = x[c].sums + 16 * b;
-      int32_t msum = 0;
-      for (int sb = 0; sb < 8; ++sb) msum += mn[sb] * (sums[2 * sb] + sums[2 * sb + 1]);
+      const int32_t msum = MinsDot(paired_mins, x[c].sums + 16 * b);
       const float v = d * static_cast<float>(isum) - dmin * static_cast<float>(msum);
       acc[c] += x[c].d[b] * v;
     }
