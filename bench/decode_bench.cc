@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #endif
 
+#include "bench_common.h"
 #include "models/llama2c.h"
 #include "models/model_loader.h"
 #include "models/model_runner.h"
@@ -50,29 +51,7 @@ double MeasureReadBandwidth(int threads) {
   DeviceBuffer storage(backend.get(), n * sizeof(float));
   float* buf = storage.as<float>();
   for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
-  double best = 0.0;
-  std::vector<float> partial(threads);
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t begin = n / threads * t, end = t + 1 == threads ? n : n / threads * (t + 1);
-        float acc[16] = {};
-        for (size_t i = begin; i + 16 <= end; i += 16) {
-          for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
-        }
-        float s = 0.0f;
-        for (float a : acc) s += a;
-        partial[t] = s;
-      });
-    }
-    for (auto& th : pool) th.join();
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()));
-  }
-  volatile float sink = partial[0];
-  (void)sink;
-  return best;
+  return StreamingReadBandwidth(buf, n, threads, 5);
 }
 
 #if defined(__x86_64__)
@@ -185,18 +164,6 @@ StatusOr<Result> RunDecode(ModelRunner& runner, int32_t batch, int32_t prompt_le
   return r;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = s.find(',', start);
-    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
 int Main(int argc, char** argv) {
   CLI::App app{"decode_bench: CPU decode tokens/s against the memory-bandwidth floor"};
   std::string presets = "stories260K,stories15M,stories110M", threads = "1,2", batches = "1,32";
@@ -219,13 +186,13 @@ int Main(int argc, char** argv) {
       "| model | params | weight MB | threads | batch | tok/s | floor tok/s | of floor | x batch 1 "
       "| matrix GFLOP/s | of FMA peak |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const std::string& threads_str : Split(threads)) {
+  for (const std::string& threads_str : SplitCommas(threads)) {
     const int nt = std::stoi(threads_str);
     const double bandwidth = MeasureReadBandwidth(nt);
     const double fma_peak = MeasureFmaPeak(nt);
     std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s; fp32 FMA peak: %.1f GFLOP/s\n", nt,
                  bandwidth / 1e9, fma_peak / 1e9);
-    for (const std::string& name : Split(models.empty() ? presets : models)) {
+    for (const std::string& name : SplitCommas(models.empty() ? presets : models)) {
       std::string path = name;
       if (models.empty()) {
         const auto preset = FindModelPreset(name);
@@ -254,7 +221,7 @@ int Main(int argc, char** argv) {
       const double weight_bytes = DecodeStepWeightBytes(**weights);
       const double floor_tps = bandwidth / weight_bytes;
       double single = 0.0;
-      for (const std::string& batch_str : Split(batches)) {
+      for (const std::string& batch_str : SplitCommas(batches)) {
         const int32_t batch = std::stoi(batch_str);
         ModelRunnerOptions o;
         o.block_size = 16;

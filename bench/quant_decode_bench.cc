@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "models/gguf_model.h"
 #include "models/llama2c.h"
@@ -37,31 +38,9 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 // Best-of-3 read bandwidth (bytes/s) of `threads` threads streaming a 512 MiB buffer.
 double ReadBandwidth(int threads) {
-  const size_t n = (size_t{1} << 29) / sizeof(float);
-  std::vector<float> buf(n);
-  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
-  double best = 0;
-  std::vector<float> partial(threads);
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
-        float acc[16] = {};
-        for (size_t i = b; i + 16 <= e; i += 16)
-          for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
-        float s = 0;
-        for (float a : acc) s += a;
-        partial[t] = s;
-      });
-    }
-    for (auto& th : pool) th.join();
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()));
-  }
-  volatile float sink = partial[0];
-  (void)sink;
-  return best;
+  std::vector<float> buf((size_t{1} << 29) / sizeof(float));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i & 7);
+  return StreamingReadBandwidth(buf.data(), buf.size(), threads, 3);
 }
 
 // Prefills `batch` sequences, then returns the tokens/s of `steps` decode steps.
@@ -106,17 +85,6 @@ StatusOr<double> Decode(ModelRunner& runner, int32_t batch, int32_t prompt_len, 
   return static_cast<double>(batch) * steps / Seconds(t0, Clock::now());
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t end = s.find(',', start);
-    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) return out;
-    start = end + 1;
-  }
-}
-
 int Main(int argc, char** argv) {
   CLI::App app{"quant_decode_bench: decode tokens/s of F32 and quantized GGUF files, alternating"};
   std::string preset_name = "stories110M", types = "f32,q8_0,q4_k", batches = "1,32";
@@ -136,7 +104,7 @@ int Main(int argc, char** argv) {
                  "comma-separated quantized-kernel instruction sets: best, avx512vnni, avx2, "
                  "portable");
   CLI11_PARSE(app, argc, argv);
-  for (const std::string& isa : Split(isas)) {
+  for (const std::string& isa : SplitCommas(isas)) {
     if (!SetQuantDotIsaForTesting(isa.c_str()))
       return std::fprintf(stderr, "--isa %s: not on this CPU\n", isa.c_str()), 1;
   }
@@ -171,7 +139,7 @@ int Main(int argc, char** argv) {
     double step_bytes = 0;
   };
   std::vector<Model> models;
-  for (const std::string& t : Split(types)) {
+  for (const std::string& t : SplitCommas(types)) {
     const auto wt = ParseGgufWeightType(t);
     if (!wt) return std::fprintf(stderr, "unknown type %s\n", t.c_str()), 1;
     const std::string path = model_dir + "/" + preset_name + "-seed1-" + t + ".gguf";
@@ -185,7 +153,7 @@ int Main(int argc, char** argv) {
       models.push_back({t, "-", m->weights, DecodeStepWeightBytes(*m->weights)});
       continue;
     }
-    for (const std::string& isa : Split(isas)) {
+    for (const std::string& isa : SplitCommas(isas)) {
       SetQuantDotIsaForTesting(isa.c_str());
       models.push_back({t, QuantDotIsa(), m->weights, DecodeStepWeightBytes(*m->weights)});
     }
@@ -196,7 +164,7 @@ int Main(int argc, char** argv) {
       "| model | type | kernels | weight MB/step | threads | batch | tok/s (median of %d) | x %s | "
       "floor tok/s (batch 1) | of floor |\n|---|---|---|---|---|---|---|---|---|---|\n",
       rounds, models[0].type.c_str());
-  for (const std::string& bstr : Split(batches)) {
+  for (const std::string& bstr : SplitCommas(batches)) {
     const int32_t batch = std::stoi(bstr);
     std::vector<std::unique_ptr<ModelRunner>> runners;
     for (const Model& m : models) {

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/ggml_quant.h"
@@ -48,45 +49,11 @@ std::optional<QuantType> ParseType(std::string name) {
   return std::nullopt;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const size_t end = comma == std::string::npos ? s.size() : comma;
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
-
-// Best-of-5 read bandwidth (bytes/s) of `threads` threads each streaming its part of `bytes`.
+// Best-of-5 read bandwidth (bytes/s) of `threads` threads streaming `bytes`.
 double ReadBandwidth(size_t bytes, int threads) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> buf(n);
-  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 7);
-  double best = 0;
-  std::vector<float> partial(threads);
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t b = n / threads * t, e = t + 1 == threads ? n : n / threads * (t + 1);
-        float acc[16] = {};
-        for (size_t i = b; i + 16 <= e; i += 16)
-          for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
-        float s = 0;
-        for (float a : acc) s += a;
-        partial[t] = s;
-      });
-    }
-    for (auto& th : pool) th.join();
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()));
-  }
-  volatile float sink = partial[0];
-  (void)sink;
-  return best;
+  std::vector<float> buf(bytes / sizeof(float));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i & 7);
+  return StreamingReadBandwidth(buf.data(), buf.size(), threads, 5);
 }
 
 #if defined(__x86_64__)
@@ -165,7 +132,7 @@ int Main(int argc, char** argv) {
   std::printf(
       "| type | kernels | MB | threads | batch | ms/call | GB/s | of read bw | GMAC/s | "
       "of int8 peak |\n|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const std::string& t : Split(types)) {
+  for (const std::string& t : SplitCommas(types)) {
     const auto type = ParseType(t);
     if (!type) return std::fprintf(stderr, "unknown type %s\n", t.c_str()), 1;
     const size_t row_bytes = QuantRowBytes(*type, cols);
@@ -182,7 +149,7 @@ int Main(int argc, char** argv) {
     const WeightRef w = backend->UploadQuantMatrix(&part, 1, cols);
     const double bytes = static_cast<double>(blocks.size());
     const double bw = ReadBandwidth(blocks.size(), threads);
-    for (const std::string& bstr : Split(batches)) {
+    for (const std::string& bstr : SplitCommas(batches)) {
       const int32_t m = std::stoi(bstr);
       std::vector<float> x(static_cast<size_t>(m) * cols), y(static_cast<size_t>(m) * rows);
       for (float& v : x) v = normal(rng);

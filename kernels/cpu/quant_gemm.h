@@ -48,8 +48,9 @@ void QuantEmbedding(const QuantMatrix& w, const int32_t* ids, int32_t n, float* 
 // Q4_K, Q5_K and Q6_K; the scalar reference otherwise): the same numbers as SubBlockDotsReference.
 void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots);
 
-// What QuantLinear's fused Q8_0/Q4_K kernels run: "avx512vnni" (AVX512VL + AVX512_VNNI on 256-bit
-// vectors; SubBlockDots then runs its AVX2 twins), "avx2" or "portable".
+// What QuantLinear's fused (tile) kernels run: "avx512vnni" (AVX512VL + AVX512_VNNI on 256-bit
+// vectors for Q8_0 and Q4_K; Q5_K, Q6_K and SubBlockDots then run their AVX2 forms), "avx2" or
+// "portable".
 const char* QuantDotIsa();
 // Testing and benchmarks: "portable" forces the scalar path, "avx2" / "avx512vnni" that
 // instruction set, "best" restores the automatic choice. Returns false (and changes nothing) when
