@@ -124,9 +124,8 @@ class ShutdownWatchdog {
   std::thread thread_;
 };
 
-// Waits up to `timeout_s` for Serve() to have returned, shutting the connections every 100 ms
-// (`shut`: HttpServer::Stop or AbortConnections), for one accepted just before the listen loop
-// ended. Returns true iff it returned.
+// Waits up to `timeout_s` for Serve() to have returned, calling `shut` (HttpServer::Stop or
+// AbortConnections) every 100 ms. Returns true iff it returned.
 template <typename Shut>
 bool WaitUntilStopped(const HttpServer& server, double timeout_s, Shut&& shut) {
   using SteadyTime = std::chrono::steady_clock;
@@ -170,9 +169,8 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
                   "token would exceed this (vLLM's flag; 0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-connections", f.max_connections,
-                  "answer 503 (and close) to a new HTTP connection when this many are queued for "
-                  "the 512 worker threads or being served (default 2048, 4 per worker; 0 = "
-                  "unlimited: they wait unseen)")
+                  "answer 503 (and close) to a new HTTP connection when this many are open "
+                  "(default 2048; 0 = unlimited)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--enable-per-request-metrics", f.enable_per_request_metrics,
                 "add the request's timing `metrics` object to each response with one prompt and "
@@ -416,9 +414,9 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
     engine.Stop();
     WaitUntilIdle(server, signals, 0.5, 0.0);
   }
-  // The listen loop ends and the connections' reading sides are shut: workers reading a request
-  // head (a client trickling one) or waiting for a keep-alive request end now; answers being
-  // written may finish. After 0.5 s, both sides are shut (a client that reads nothing).
+  // No more connections; the streams end; answers being written may finish, then every
+  // connection closes (a client trickling a request head or idle on keep-alive holds nothing).
+  // After 0.5 s, the connections close whatever is unwritten (a client that reads nothing).
   server.Stop();
   if (!WaitUntilStopped(server, 0.5, [&] { server.Stop(); })) {
     LogLine("connections still open 0.5 s after the listen loop ended: closing them");

@@ -203,38 +203,11 @@ std::vector<double> TokenLatencies(const std::vector<ReceivedStream>& all,
 // accelerator: the step takes time but leaves the CPUs to the HTTP side). `logprobs`: the streams
 // ask for `logprobs: 0` (each chunk lists its tokens), else for continuous usage stats (each chunk
 // carries the running completion token count), as most streaming clients ask for no logprobs.
-// Besides the receipt at the client, the SSE writer's send times give the server-side number:
-// sampling -> the moment every byte of the token's chunk has been handed to the kernel.
 void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
   constexpr int kStreams = 100;
   TestServerOptions options;
   options.num_threads = kStreams + 8;
   options.step_delay_s = step_delay_s;
-  if (const char* writers = std::getenv("TINYSERVE_BENCH_SSE_WRITERS")) {
-    options.sse_writer_threads = std::atoi(writers);
-  }
-  // The writer's sends, recorded as cheaply as possible (this runs inside the measured path):
-  // (hash of the request id, tokens, time), grouped by request afterwards.
-  struct Send {
-    size_t id_hash;
-    int32_t tokens;
-    double t;
-  };
-  std::mutex sent_mu;
-  std::vector<Send> sends;
-  sends.reserve(4 * kStreams * 100);
-  options.sse_writer_options.on_sent = [&](const std::string& id, int32_t tokens, double t) {
-    const size_t h = std::hash<std::string>{}(id);
-    std::lock_guard<std::mutex> lock(sent_mu);
-    sends.push_back({h, tokens, t});
-  };
-  // id -> (tokens, time) of its sends, in order.
-  const auto sends_by_id = [&] {
-    std::map<size_t, std::vector<std::pair<int32_t, double>>> out;
-    std::lock_guard<std::mutex> lock(sent_mu);
-    for (const Send& s : sends) out[s.id_hash].emplace_back(s.tokens, s.t);
-    return out;
-  };
   OpenAiTestServer server(options);
   json request = {{"prompt", "Once upon a time"},
                   {"max_tokens", 100},
@@ -310,61 +283,6 @@ void MeasureWithOneReader(double step_delay_s, bool logprobs = true) {
   std::vector<double> steps;
   for (const auto& [id, t] : ts) {
     for (size_t i = 1; i < t.size(); ++i) steps.push_back(t[i] - t[i - 1]);
-  }
-  // Server side: each send that completed a stream's bytes covers its tokens since the last one.
-  // (A client may see [DONE] a moment before the writer records its last send: wait for them.)
-  const auto all_sent = [&] {
-    const auto sent = sends_by_id();
-    for (const auto& [id, t] : ts) {
-      const auto it = sent.find(std::hash<std::string>{}(id));
-      if (it == sent.end() || static_cast<size_t>(it->second.back().first) < t.size()) {
-        return false;
-      }
-    }
-    return true;
-  };
-  for (int i = 0; i < 500 && options.sse_writer_threads > 0 && !all_sent(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  std::vector<double> written;
-  std::map<double, std::pair<double, double>> step_spread;  // sampling time -> first, last write
-  {
-    const auto sent = sends_by_id();
-    for (const auto& [id, t_sampled] : ts) {
-      const auto it = sent.find(std::hash<std::string>{}(id));
-      if (it == sent.end()) continue;
-      size_t token = 0;
-      for (const auto& [tokens, t] : it->second) {
-        for (; token < static_cast<size_t>(tokens) && token < t_sampled.size(); ++token) {
-          written.push_back(t - t_sampled[token]);
-          auto [step, inserted] = step_spread.try_emplace(t_sampled[token], t, t);
-          step->second.first = std::min(step->second.first, t);
-          step->second.second = std::max(step->second.second, t);
-        }
-      }
-    }
-  }
-  if (written.empty()) {
-    std::printf("sampling -> SSE write at the server: n/a (no SSE writer)\n");
-  } else {
-    std::printf(
-        "sampling -> SSE write at the server (%s): %zu tokens: p50 %.3f ms, p90 %.3f ms, p99 %.3f "
-        "ms, max %.3f ms\n",
-        logprobs ? "logprobs: 0" : "no logprobs", written.size(), 1e3 * Quantile(written, 0.5),
-        1e3 * Quantile(written, 0.9), 1e3 * Quantile(written, 0.99), 1e3 * Quantile(written, 1.0));
-    // Where it goes: the step's first write is the wake-up (and one stream's work), the spread
-    // to its last write is the writers' per-stream work.
-    std::vector<double> first;
-    std::vector<double> spread;
-    for (const auto& [sampled, w] : step_spread) {
-      first.push_back(w.first - sampled);
-      spread.push_back(w.second - w.first);
-    }
-    std::printf(
-        "  per engine step (%zu steps): sampling -> first write p50 %.3f ms, p90 %.3f ms; first -> "
-        "last write p50 %.3f ms, p90 %.3f ms\n",
-        first.size(), 1e3 * Quantile(first, 0.5), 1e3 * Quantile(first, 0.9),
-        1e3 * Quantile(spread, 0.5), 1e3 * Quantile(spread, 0.9));
   }
   std::printf(
       "sampling -> SSE chunk at the client (one epoll reader, engine sleeps %.0f ms per step), %d "

@@ -9,7 +9,8 @@ PACKAGES=(
   nlohmann-json3-dev
   libpcre2-dev
   libicu-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev  # the HTTP client of the tests, benchmarks and tools
+  libmicrohttpd-dev  # server/: the HTTP transport
   prometheus-cpp-dev
   prometheus  # also tests/integration: the real Prometheus server and promtool
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # server/: vLLM's KV-cache events (ZMQ + msgpack)

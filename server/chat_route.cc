@@ -3,7 +3,6 @@
 // With tools (and tool_choice "auto"), each choice's text goes through a ToolCallParser
 // (protocol/tool_parser.h): calls become message.tool_calls, or tool-call deltas in a stream,
 // and only the text outside them is content. See openai_routes.h.
-#include <httplib.h>
 
 #include <algorithm>
 #include <ctime>
@@ -12,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "server/connection_queue.h"
 #include "server/connection_watch.h"
 #include "server/generation_job.h"
 #include "server/openai_routes.h"
@@ -39,11 +37,11 @@ constexpr double kEngineFinishSeconds = 1.0;
 
 class ChatSseStream final : public SseStream {
  public:
-  ChatSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
-                protocol::ResponseMeta meta, int32_t num_prompt_tokens, const Tokenizer* tokenizer,
+  ChatSseStream(std::unique_ptr<GenerationJob> job, protocol::ResponseMeta meta,
+                int32_t num_prompt_tokens, const Tokenizer* tokenizer,
                 const protocol::ChatRequest& request, bool with_metrics,
                 std::optional<protocol::ToolParserKind> tool_parser)
-      : SseStream(std::move(job), watch),
+      : SseStream(std::move(job)),
         tool_parser_(tool_parser),
         parallel_tool_calls_(request.tool_fields.parallel_tool_calls),
         with_metrics_(with_metrics),
@@ -146,10 +144,10 @@ class ChatSseStream final : public SseStream {
 
 }  // namespace
 
-void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& res) {
-  // The accept time of the connection (its first request) or the start of this one: the wait for
-  // an HTTP worker counts in TTFT and e2e (server/connection_queue.h).
-  const double arrival_ts = RequestArrival(context_.clock->Now());
+void OpenAiRoutes::HandleChat(const HttpRequest& req, HttpResponse& res) {
+  // Stamped by the transport (server/http_server.h): the wait before the handler counts in TTFT
+  // and e2e.
+  const double arrival_ts = req.arrival_ts;
   const Tokenizer& tok = *context_.tokenizer;
   ApiErrorOr<protocol::ChatRequest> parsed =
       protocol::ParseChatRequestBody(req.body, tok.vocab_size());
@@ -235,10 +233,10 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
   const auto num_prompt_tokens = static_cast<int32_t>(ids.size());
 
   if (fields.stream) {
-    SseStream::Attach(std::make_shared<ChatSseStream>(
-                          std::move(job), watch, std::move(meta), num_prompt_tokens, &tok, request,
-                          context_.enable_per_request_metrics, tool_parser),
-                      res, NextSseWriter());
+    SseStream::Attach(
+        std::make_shared<ChatSseStream>(std::move(job), std::move(meta), num_prompt_tokens, &tok,
+                                        request, context_.enable_per_request_metrics, tool_parser),
+        res);
     return;
   }
 
@@ -281,7 +279,7 @@ void OpenAiRoutes::HandleChat(const httplib::Request& req, httplib::Response& re
     body["metrics"] = JobMetricsJson(*job);
   }
   res.status = 200;
-  res.set_content(protocol::DumpJson(body), "application/json");
+  res.SetContent(protocol::DumpJson(body), "application/json");
 }
 
 }  // namespace tinyserve

@@ -1,6 +1,5 @@
 // POST /v1/completions (OpenAiRoutes::HandleCompletions): one choice per prompt x n, streamed or
 // not. See openai_routes.h.
-#include <httplib.h>
 
 #include <algorithm>
 #include <ctime>
@@ -9,7 +8,6 @@
 #include <vector>
 
 #include "base/utf8.h"
-#include "server/connection_queue.h"
 #include "server/connection_watch.h"
 #include "server/generation_job.h"
 #include "server/openai_routes.h"
@@ -45,11 +43,10 @@ struct PromptInfo {
 
 class CompletionSseStream final : public SseStream {
  public:
-  CompletionSseStream(std::unique_ptr<GenerationJob> job, ConnectionWatch watch,
-                      protocol::ResponseMeta meta, std::vector<PromptInfo> prompts,
-                      const Tokenizer* tokenizer, const protocol::SamplingFields& fields,
-                      bool echo_logprobs, bool with_metrics)
-      : SseStream(std::move(job), watch),
+  CompletionSseStream(std::unique_ptr<GenerationJob> job, protocol::ResponseMeta meta,
+                      std::vector<PromptInfo> prompts, const Tokenizer* tokenizer,
+                      const protocol::SamplingFields& fields, bool echo_logprobs, bool with_metrics)
+      : SseStream(std::move(job)),
         with_metrics_(with_metrics),
         meta_(std::move(meta)),
         chunks_(meta_, protocol::StreamChunks::Kind::kCompletion),
@@ -184,10 +181,10 @@ class CompletionSseStream final : public SseStream {
 
 }  // namespace
 
-void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Response& res) {
-  // The accept time of the connection (its first request) or the start of this one: the wait for
-  // an HTTP worker counts in TTFT and e2e (server/connection_queue.h).
-  const double arrival_ts = RequestArrival(context_.clock->Now());
+void OpenAiRoutes::HandleCompletions(const HttpRequest& req, HttpResponse& res) {
+  // Stamped by the transport (server/http_server.h): the wait before the handler counts in TTFT
+  // and e2e.
+  const double arrival_ts = req.arrival_ts;
   const Tokenizer& tok = *context_.tokenizer;
   ApiErrorOr<protocol::CompletionRequest> parsed =
       protocol::ParseCompletionRequestBody(req.body, tok.vocab_size());
@@ -257,9 +254,9 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
 
   if (fields.stream) {
     SseStream::Attach(std::make_shared<CompletionSseStream>(
-                          std::move(job), watch, std::move(meta), std::move(prompts), &tok, fields,
+                          std::move(job), std::move(meta), std::move(prompts), &tok, fields,
                           echo_logprobs, context_.enable_per_request_metrics),
-                      res, NextSseWriter());
+                      res);
     return;
   }
 
@@ -306,7 +303,7 @@ void OpenAiRoutes::HandleCompletions(const httplib::Request& req, httplib::Respo
     body["metrics"] = JobMetricsJson(*job);
   }
   res.status = 200;
-  res.set_content(protocol::DumpJson(body), "application/json");
+  res.SetContent(protocol::DumpJson(body), "application/json");
 }
 
 }  // namespace tinyserve

@@ -1,15 +1,9 @@
-// ConnectionWatch: tells a handler whether its client has gone away, while the handler waits for
-// the engine (cpp-httplib 0.11.4 has no Request::is_connection_closed, and DataSink::is_writable
-// only checks that the send buffer has room, which stays true after the peer closed).
+// ConnectionWatch: tells a handler whether its client has gone away while it waits for the engine
+// (the transport parks the connection meanwhile and does not look at it).
 //
-// ForRequest() finds the connection's socket among the process' descriptors by its two endpoints
-// (local and remote address and port, as httplib reports them in the Request), once per request,
-// through a process-wide index of the sockets that is rebuilt from /proc/self/fd only when a
-// lookup misses (so a burst of N connections costs a few scans, not N scans of N descriptors).
-// IsPeerClosed() then polls it without reading: the peer's FIN (POLLRDHUP), a reset or an error
-// mean the client is gone. Linux-only; where the socket cannot be found (another OS, no /proc),
-// found() is false and IsPeerClosed() always says false: callers then only learn of a disconnect
-// from a failed write.
+// ForRequest() takes the connection's socket from the request (the transport's); IsPeerClosed()
+// then polls it without reading: the peer's FIN (POLLRDHUP), a reset or an error mean the client
+// is gone. Where the socket is unknown, found() is false and IsPeerClosed() always says false.
 //
 // A FIN alone is also what a half-closed client sends (its whole request, then shutdown(SHUT_WR),
 // still reading): IsPeerClosed() counts it as gone (a stream then ends, as uvicorn and so vLLM
@@ -20,20 +14,20 @@
 // that closed is seen one poll (plus a round trip) later than by IsPeerClosed(), and one whose
 // host vanished without a reset is answered into the void.
 //
-// The descriptor stays valid while the request's handler or content provider runs (httplib closes
-// the socket only after both). Thread-compatible; one per request.
+// The descriptor stays valid while the request's handler runs (the transport closes the socket
+// only after the answer). Thread-compatible; one per request.
 #pragma once
 
-namespace httplib {
-struct Request;
-}
+#include "server/http_message.h"
 
 namespace tinyserve {
 
 class ConnectionWatch {
  public:
   ConnectionWatch() = default;
-  static ConnectionWatch ForRequest(const httplib::Request& req);
+  static ConnectionWatch ForRequest(const HttpRequest& req) {
+    return ConnectionWatch(req.socket_fd, req.version == "HTTP/1.1");
+  }
 
   // Returns true iff the request's socket was found.
   bool found() const { return fd_ >= 0; }

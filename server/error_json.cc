@@ -1,10 +1,9 @@
 #include "server/error_json.h"
 
-#include <httplib.h>
-
 #include <cstdio>
 #include <new>
 
+#include "server/http_message.h"
 #include "server/protocol/api_error.h"
 
 namespace tinyserve {
@@ -27,15 +26,15 @@ nlohmann::ordered_json ErrorJson(int http_status, const std::string& message,
   return {{"error", std::move(error)}};
 }
 
-void SetErrorResponse(httplib::Response& res, int http_status, const std::string& message,
+void SetErrorResponse(HttpResponse& res, int http_status, const std::string& message,
                       const std::optional<std::string>& param) {
   res.status = http_status;
-  res.set_content(ErrorJson(http_status, message, param)
-                      .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
-                  "application/json");
+  res.SetContent(ErrorJson(http_status, message, param)
+                     .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                 "application/json");
 }
 
-void SetInternalErrorResponse(httplib::Response& res, std::exception_ptr error) noexcept {
+void SetInternalErrorResponse(HttpResponse& res, std::exception_ptr error) noexcept {
   try {
     if (error) std::rethrow_exception(error);
   } catch (const std::bad_alloc&) {
@@ -52,7 +51,7 @@ void SetInternalErrorResponse(httplib::Response& res, std::exception_ptr error) 
   }
 }
 
-void SetErrorResponse(httplib::Response& res, const Status& status,
+void SetErrorResponse(HttpResponse& res, const Status& status,
                       const std::optional<std::string>& param) {
   SetErrorResponse(res, HttpStatusFor(status), status.message(), param);
 }

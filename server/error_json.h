@@ -11,11 +11,9 @@
 
 #include "base/status.h"
 
-namespace httplib {
-struct Response;
-}
-
 namespace tinyserve {
+
+struct HttpResponse;
 
 // "BadRequestError" (400), "AuthenticationError" (401), "NotFoundError" (404),
 // "MethodNotAllowedError" (405), "LengthRequiredError" (411), "RequestEntityTooLargeError" (413),
@@ -34,14 +32,14 @@ nlohmann::ordered_json ErrorJson(int http_status, const std::string& message,
                                  const std::string& type = "");
 
 // Sets `res` to the error JSON with status `http_status` (Content-Type application/json).
-void SetErrorResponse(httplib::Response& res, int http_status, const std::string& message,
+void SetErrorResponse(HttpResponse& res, int http_status, const std::string& message,
                       const std::optional<std::string>& param = std::nullopt);
 // The 500 for an exception a handler threw (`error`, may be null): "Internal server error" and
 // nothing of the exception (its text can name code, files or memory), which goes to stderr
 // instead. Never throws: out of memory even for the body, it sets the status alone.
-void SetInternalErrorResponse(httplib::Response& res, std::exception_ptr error) noexcept;
+void SetInternalErrorResponse(HttpResponse& res, std::exception_ptr error) noexcept;
 // Same, for a non-OK Status (HttpStatusFor its code, its message).
-void SetErrorResponse(httplib::Response& res, const Status& status,
+void SetErrorResponse(HttpResponse& res, const Status& status,
                       const std::optional<std::string>& param = std::nullopt);
 
 }  // namespace tinyserve

@@ -1,7 +1,5 @@
 #include "server/openai_routes.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -38,17 +36,9 @@ bool KeysEqual(const std::string& presented, const std::string& expected) {
   return diff == 0;
 }
 
-void SendJson(httplib::Response& res, const nlohmann::ordered_json& body) {
+void SendJson(HttpResponse& res, const nlohmann::ordered_json& body) {
   res.status = 200;
-  res.set_content(protocol::DumpJson(body), "application/json");
-}
-
-// 405 for `method` on a known path, in the error JSON.
-httplib::Server::Handler MethodNotAllowed() {
-  return [](const httplib::Request& req, httplib::Response& res) {
-    OpenAiRoutes::SendError(
-        res, ApiError::Make(405, "Method " + req.method + " not allowed on " + req.path));
-  };
+  res.SetContent(protocol::DumpJson(body), "application/json");
 }
 
 }  // namespace
@@ -62,13 +52,7 @@ OpenAiRoutes::OpenAiRoutes(OpenAiContext context)
           context_.engine != nullptr ? context_.engine->vocab_size()
                                      : context_.tokenizer->vocab_size(),
           context_.engine != nullptr ? context_.engine->eos_token_ids()
-                                     : std::vector<int32_t>{context_.tokenizer->eos_id()})) {
-  for (int i = 0; i < context_.sse_writer_threads; ++i) {
-    std::unique_ptr<SseWriter> writer = SseWriter::Create(context_.sse_writer_options);
-    if (writer == nullptr) break;
-    sse_writers_.push_back(std::move(writer));
-  }
-}
+                                     : std::vector<int32_t>{context_.tokenizer->eos_id()})) {}
 
 ApiErrorOr<std::shared_ptr<const structured::CompiledGrammar>>
 OpenAiRoutes::CompileStructuredOutput(const protocol::SamplingFields& fields) {
@@ -91,55 +75,27 @@ void OpenAiRoutes::CountStructuredOutput(const protocol::SamplingFields& fields)
   }
 }
 
-void OpenAiRoutes::Stop() {
-  for (auto& writer : sse_writers_) writer->Shutdown();
-}
-
-SseWriter* OpenAiRoutes::NextSseWriter() {
-  if (sse_writers_.empty()) return nullptr;
-  return sse_writers_[next_sse_writer_.fetch_add(1) % sse_writers_.size()].get();
-}
-
-void OpenAiRoutes::SendError(httplib::Response& res, const ApiError& error) {
+void OpenAiRoutes::SendError(HttpResponse& res, const ApiError& error) {
   res.status = error.http_status;
-  res.set_content(protocol::DumpJson(error.ToJson()), "application/json");
+  res.SetContent(protocol::DumpJson(error.ToJson()), "application/json");
 }
 
-void OpenAiRoutes::Register(httplib::Server& server) {
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletions(req, res);
-  });
-  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleChat(req, res);
-  });
-  server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleModels(req, res);
-  });
-  server.Get("/version", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleVersion(req, res);
-  });
-  server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleTokenize(req, res);
-  });
-  server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleDetokenize(req, res);
-  });
-  server.Post("/reset_prefix_cache", [this](const httplib::Request& req, httplib::Response& res) {
+void OpenAiRoutes::Register(HttpRouter& router) {
+  router.Post("/v1/completions",
+              [this](const HttpRequest& req, HttpResponse& res) { HandleCompletions(req, res); });
+  router.Post("/v1/chat/completions",
+              [this](const HttpRequest& req, HttpResponse& res) { HandleChat(req, res); });
+  router.Get("/v1/models",
+             [this](const HttpRequest& req, HttpResponse& res) { HandleModels(req, res); });
+  router.Get("/version",
+             [this](const HttpRequest& req, HttpResponse& res) { HandleVersion(req, res); });
+  router.Post("/tokenize",
+              [this](const HttpRequest& req, HttpResponse& res) { HandleTokenize(req, res); });
+  router.Post("/detokenize",
+              [this](const HttpRequest& req, HttpResponse& res) { HandleDetokenize(req, res); });
+  router.Post("/reset_prefix_cache", [this](const HttpRequest& req, HttpResponse& res) {
     HandleResetPrefixCache(req, res);
   });
-  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
-                           "/reset_prefix_cache"}) {
-    server.Get(path, MethodNotAllowed());
-    server.Put(path, MethodNotAllowed());
-    server.Delete(path, MethodNotAllowed());
-    server.Patch(path, MethodNotAllowed());
-  }
-  for (const char* path : {"/v1/models", "/version"}) {
-    server.Post(path, MethodNotAllowed());
-    server.Put(path, MethodNotAllowed());
-    server.Delete(path, MethodNotAllowed());
-    server.Patch(path, MethodNotAllowed());
-  }
 }
 
 bool OpenAiRoutes::TakesJsonBody(const std::string& method, const std::string& path) {
@@ -147,12 +103,12 @@ bool OpenAiRoutes::TakesJsonBody(const std::string& method, const std::string& p
                               path == "/tokenize" || path == "/detokenize");
 }
 
-std::optional<ApiError> OpenAiRoutes::CheckAuthorization(const httplib::Request& req) const {
+std::optional<ApiError> OpenAiRoutes::CheckAuthorization(const HttpRequest& req) const {
   if (context_.api_key.empty()) return std::nullopt;
   if (req.path != "/v1" && req.path.rfind("/v1/", 0) != 0 && req.path != "/reset_prefix_cache") {
     return std::nullopt;
   }
-  // The header map holds the whole value; get_header_value() would cut it at a NUL byte.
+  // The header value as sent (NUL bytes included), not decoded.
   const auto range = req.headers.equal_range("Authorization");
   if (range.first == range.second) {
     return ApiError::Unauthorized(
@@ -227,7 +183,7 @@ std::optional<ApiError> OpenAiRoutes::CheckServing() const {
   return std::nullopt;
 }
 
-void OpenAiRoutes::HandleModels(const httplib::Request&, httplib::Response& res) const {
+void OpenAiRoutes::HandleModels(const HttpRequest&, HttpResponse& res) const {
   const std::string& name = context_.served_model_name;
   nlohmann::ordered_json permission = {{"id", protocol::NewRequestId("modelperm-")},
                                        {"object", "model_permission"},
@@ -253,18 +209,17 @@ void OpenAiRoutes::HandleModels(const httplib::Request&, httplib::Response& res)
   SendJson(res, {{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}});
 }
 
-void OpenAiRoutes::HandleVersion(const httplib::Request&, httplib::Response& res) const {
+void OpenAiRoutes::HandleVersion(const HttpRequest&, HttpResponse& res) const {
   SendJson(res, {{"version", context_.version}});
 }
 
-void OpenAiRoutes::HandleResetPrefixCache(const httplib::Request& req,
-                                          httplib::Response& res) const {
+void OpenAiRoutes::HandleResetPrefixCache(const HttpRequest& req, HttpResponse& res) const {
   // vLLM's boolean query parameters (FastAPI's spellings); reset_external names a KV connector's
   // cache, and there is none here.
   bool reset_running_requests = false;
   for (const char* name : {"reset_running_requests", "reset_external"}) {
-    if (!req.has_param(name)) continue;
-    std::string value = req.get_param_value(name);
+    if (!req.HasParam(name)) continue;
+    std::string value = req.ParamValue(name);
     std::transform(value.begin(), value.end(), value.begin(),
                    [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
     bool flag = false;
@@ -273,7 +228,7 @@ void OpenAiRoutes::HandleResetPrefixCache(const httplib::Request& req,
     } else if (value != "false" && value != "0" && value != "no" && value != "off") {
       return SendError(res, ApiError::BadRequest(std::string("Query parameter `") + name +
                                                      "` must be true or false, not `" +
-                                                     req.get_param_value(name) + "`.",
+                                                     req.ParamValue(name) + "`.",
                                                  name));
     }
     if (std::string(name) == "reset_running_requests") reset_running_requests = flag;
@@ -300,7 +255,7 @@ void OpenAiRoutes::HandleResetPrefixCache(const httplib::Request& req,
                                 "reset_running_requests=true to preempt them first)."));
 }
 
-void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response& res) const {
+void OpenAiRoutes::HandleTokenize(const HttpRequest& req, HttpResponse& res) const {
   ApiErrorOr<nlohmann::json> body = protocol::ParseJsonBody(req.body);
   if (!body.ok()) return SendError(res, body.error());
   std::optional<std::string> model;
@@ -357,7 +312,7 @@ void OpenAiRoutes::HandleTokenize(const httplib::Request& req, httplib::Response
   SendJson(res, out);
 }
 
-void OpenAiRoutes::HandleDetokenize(const httplib::Request& req, httplib::Response& res) const {
+void OpenAiRoutes::HandleDetokenize(const HttpRequest& req, HttpResponse& res) const {
   ApiErrorOr<nlohmann::json> body = protocol::ParseJsonBody(req.body);
   if (!body.ok()) return SendError(res, body.error());
   std::optional<std::string> model;

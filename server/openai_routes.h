@@ -1,4 +1,4 @@
-// OpenAiRoutes: the OpenAI-compatible API of DESIGN §6 on a cpp-httplib server.
+// OpenAiRoutes: the OpenAI-compatible API of DESIGN §6, as routes of an HttpRouter.
 //
 //   POST /v1/completions        completions (every prompt form, n, echo, logprobs, stop, stream);
 //                               echo + logprobs: logprobs of the prompt tokens first (vLLM), in
@@ -35,9 +35,9 @@
 // error is a 400 naming the field); each accepted constrained request is counted in
 // tinyserve_structured_output_requests_total{kind}.
 //
-// Streams are SSE (server/sse_stream.h), written by SseWriter threads (server/sse_writer.h;
-// or by their HTTP workers where it is off or unavailable). A client that goes away has its
-// engine requests aborted at once when streaming through the writer, else within ~20 ms
+// Streams are SSE (server/sse_stream.h), an HttpBodyStream the transport writes as the engine
+// produces tokens; a client that goes away has its engine requests aborted when a write to it
+// fails (within a ping interval, 0.1 s), or, without streaming, within ~20 ms
 // (server/connection_watch.h).
 //
 // Ownership: the context's pointers are borrowed and must outlive the routes and the server they
@@ -57,16 +57,11 @@
 #include "metrics/prometheus_metrics.h"
 #include "models/tokenizer/tokenizer.h"
 #include "server/admission_gate.h"
+#include "server/http_message.h"
+#include "server/http_router.h"
 #include "server/protocol/api_error.h"
 #include "server/protocol/sampling_fields.h"
-#include "server/sse_writer.h"
 #include "structured/grammar.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace tinyserve {
 
@@ -96,21 +91,18 @@ struct OpenAiContext {
   int64_t max_logprobs_per_request = 250'000;
   std::string version = "0.1.0";
   std::function<bool()> is_healthy;  // null: healthy while the engine exists
-  int sse_writer_threads = 2;        // 0: streams are written by their HTTP workers
-  SseWriterOptions sse_writer_options;
 };
 
 class OpenAiRoutes {
  public:
   explicit OpenAiRoutes(OpenAiContext context);
 
-  // Adds the routes to `server`. REQUIRES: this object outlives it.
-  void Register(httplib::Server& server);
-  // The API-key check, for the server's pre-routing handler (before the body is read): the 401
+  // Adds the routes to `router`. REQUIRES: this object outlives it.
+  void Register(HttpRouter& router);
+  // The API-key check, for the server's head checks (before the body is read): the 401
   // for a /v1 request without the key, else nullopt. The key is compared, in constant time, with
-  // the whole value of the one Authorization header (not cut at a NUL; httplib 0.11.4 has already
-  // percent-decoded it).
-  std::optional<protocol::ApiError> CheckAuthorization(const httplib::Request& req) const;
+  // the whole value of the one Authorization header, as sent (not decoded, not cut at a NUL).
+  std::optional<protocol::ApiError> CheckAuthorization(const HttpRequest& req) const;
   // Returns true iff `method` `path` is a route that parses a JSON body.
   static bool TakesJsonBody(const std::string& method, const std::string& path);
 
@@ -120,11 +112,9 @@ class OpenAiRoutes {
   int64_t num_in_flight() const { return gate_.num_jobs(); }
   // From now on new generation requests get 503 (shutdown); the ones in flight go on.
   void Drain() { gate_.Drain(); }
-  // Ends every stream now (their engine requests are aborted); called when the server stops.
-  void Stop();
 
   // Sets `res` to the error's JSON and status.
-  static void SendError(httplib::Response& res, const protocol::ApiError& error);
+  static void SendError(HttpResponse& res, const protocol::ApiError& error);
 
  private:
   // 404 unless `model` is absent or the served name.
@@ -143,13 +133,13 @@ class OpenAiRoutes {
   // Counts an accepted constrained request in tinyserve_structured_output_requests_total.
   void CountStructuredOutput(const protocol::SamplingFields& fields) const;
 
-  void HandleCompletions(const httplib::Request& req, httplib::Response& res);
-  void HandleChat(const httplib::Request& req, httplib::Response& res);
-  void HandleModels(const httplib::Request& req, httplib::Response& res) const;
-  void HandleVersion(const httplib::Request& req, httplib::Response& res) const;
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
-  void HandleResetPrefixCache(const httplib::Request& req, httplib::Response& res) const;
+  void HandleCompletions(const HttpRequest& req, HttpResponse& res);
+  void HandleChat(const HttpRequest& req, HttpResponse& res);
+  void HandleModels(const HttpRequest& req, HttpResponse& res) const;
+  void HandleVersion(const HttpRequest& req, HttpResponse& res) const;
+  void HandleTokenize(const HttpRequest& req, HttpResponse& res) const;
+  void HandleDetokenize(const HttpRequest& req, HttpResponse& res) const;
+  void HandleResetPrefixCache(const HttpRequest& req, HttpResponse& res) const;
 
   const OpenAiContext context_;
   const int64_t created_;  // Unix seconds at start (the model's "created")
@@ -158,11 +148,6 @@ class OpenAiRoutes {
   // and the compiled grammars (thread-safe).
   std::shared_ptr<const structured::Vocabulary> structured_vocabulary_;
   structured::GrammarCache grammar_cache_;
-  // The writer for the next stream (round robin), or null (written by its HTTP worker).
-  SseWriter* NextSseWriter();
-
-  std::vector<std::unique_ptr<SseWriter>> sse_writers_;  // empty: HTTP workers write the streams
-  std::atomic<size_t> next_sse_writer_{0};
 };
 
 }  // namespace tinyserve

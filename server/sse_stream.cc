@@ -1,18 +1,14 @@
 #include "server/sse_stream.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "server/protocol/responses.h"
-#include "server/sse_writer.h"
 
 namespace tinyserve {
 namespace {
 
-constexpr double kPollSeconds = 0.02;
 constexpr double kPingSeconds = 0.1;
 // As long as a non-streaming response waits (completions_route.cc, chat_route.cc).
 constexpr double kEngineFinishSeconds = 1.0;
@@ -23,42 +19,35 @@ double SteadySeconds() {
 
 }  // namespace
 
-void SseStream::Attach(std::shared_ptr<SseStream> stream, httplib::Response& res,
-                       SseWriter* writer) {
+namespace {
+
+// Calls a function on every wake-up of the engine's request streams.
+class FunctionWaker final : public StreamWaker {
+ public:
+  explicit FunctionWaker(std::function<void()> wake) : wake_(std::move(wake)) {}
+  void Wake() override { wake_(); }
+
+ private:
+  const std::function<void()> wake_;
+};
+
+}  // namespace
+
+void SseStream::Attach(std::shared_ptr<SseStream> stream, HttpResponse& res) {
   res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  if (writer == nullptr || stream->socket_fd() < 0) {
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [stream](size_t /*offset*/, httplib::DataSink& sink) { return stream->Pump(sink); },
-        [stream](bool success) {
-          if (!success) stream->Abort();
-        });
-    return;
-  }
-  // httplib has written the response head when it first calls the provider; from then until the
-  // provider returns, nothing else touches the socket, so the writer thread may write the chunks.
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [stream, writer](size_t /*offset*/, httplib::DataSink& sink) {
-        if (!stream->on_worker_) {
-          switch (writer->Run(stream.get())) {
-            case SseWriter::RunResult::kSent:
-              sink.done();
-              return true;
-            case SseWriter::RunResult::kFailed:
-              return false;
-            case SseWriter::RunResult::kNotTaken:
-              stream->on_worker_ = true;
-              break;
-          }
-        }
-        return stream->Pump(sink);
-      },
-      [stream](bool success) {
-        if (!success) stream->Abort();
-      });
+  res.SetHeader("Content-Type", "text/event-stream");
+  res.SetHeader("Cache-Control", "no-cache");
+  res.SetHeader("X-Accel-Buffering", "no");
+  res.stream = std::move(stream);
+}
+
+void SseStream::SetWake(std::function<void()> wake) {
+  SetWaker(wake ? std::make_shared<FunctionWaker>(std::move(wake)) : nullptr);
+}
+
+void SseStream::OnClosed(bool complete) {
+  SetWaker(nullptr);
+  if (!complete) job_->Abort();
 }
 
 void SseStream::SetWaker(const std::shared_ptr<StreamWaker>& waker) {
@@ -99,27 +88,6 @@ bool SseStream::Produce(double wait_s, std::string* out) {
   if (out->size() == before && now - last_write_s_ >= kPingSeconds) *out += protocol::kSsePing;
   if (out->size() != before) last_write_s_ = now;
   return done;
-}
-
-bool SseStream::Pump(httplib::DataSink& sink) {
-  // The watch costs a system call: while tokens flow (one provider call per engine step) look
-  // at most every kPollSeconds; an idle stream comes back here every kPollSeconds anyway.
-  const double start = SteadySeconds();
-  if (start - last_watch_s_ >= kPollSeconds) {
-    last_watch_s_ = start;
-    if (watch_.IsPeerClosed()) {
-      job_->Abort();
-      return false;
-    }
-  }
-  std::string out;
-  const bool done = Produce(kPollSeconds, &out);
-  if (!out.empty() && !sink.write(out.data(), out.size())) {
-    job_->Abort();
-    return false;
-  }
-  if (done) sink.done();
-  return true;
 }
 
 }  // namespace tinyserve

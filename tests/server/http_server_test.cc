@@ -128,7 +128,7 @@ TEST(ErrorJsonTest, InternalErrorCarriesNothingOfTheException) {
        {std::make_exception_ptr(std::bad_alloc()),
         std::make_exception_ptr(std::runtime_error("secret /etc/tinyserve.key at 0x7ffd")),
         std::make_exception_ptr(42), std::exception_ptr()}) {
-    httplib::Response res;
+    HttpResponse res;
     SetInternalErrorResponse(res, error);
     EXPECT_EQ(res.status, 500);
     const auto body = nlohmann::json::parse(res.body);

@@ -14,6 +14,7 @@ namespace tinyserve {
 namespace {
 
 using nlohmann::json;
+using testing::ExpectServing;
 using testing::OpenAiTestServer;
 using testing::TestServerOptions;
 
@@ -24,15 +25,6 @@ std::string Nested(const std::string& key, int depth, bool objects) {
   s += "1";
   s.append(static_cast<size_t>(depth), objects ? '}' : ']');
   return s + "}";
-}
-
-void ExpectServing(const OpenAiTestServer& server) {
-  auto health = server.Client().Get("/health");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 200);
-  auto ok = server.Post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 2}});
-  ASSERT_TRUE(ok);
-  EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
 std::string ErrorMessage(const httplib::Result& res) {

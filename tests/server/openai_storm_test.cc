@@ -44,10 +44,10 @@ int StormSize(const char* name, int full, int min) {
 
 constexpr int kStormTokens = 40;
 // Disconnect -> FINISHED(abort), on the engine clock. The server must notice a leaving client
-// within 100 ms (issue 9; the SSE writer sees EPOLLRDHUP at once); an abort takes effect at the
-// engine's next step boundary, so each abort must be finished by the first step that starts more
-// than 100 ms after the disconnect. The test prints how many took longer than 100 ms in all.
-// (ctest runs the storms alone: RUN_SERIAL.)
+// within 100 ms (issue 9; the transport polls the parked streams' sockets every 20 ms and sees a
+// failed write at once); an abort takes effect at the engine's next step boundary, so each abort
+// must be finished by the first step that starts more than 100 ms after the disconnect. The test
+// prints how many took longer than 100 ms in all. (ctest runs the storms alone: RUN_SERIAL.)
 constexpr double kNoticeSeconds = 0.1;
 
 // Client i's prompt: unique token ids, so the engine request of each client is known by its

@@ -173,9 +173,9 @@ struct TestServerOptions {
   bool with_metrics = false;    // serve /metrics (PrometheusMetrics + MetricsObserver)
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;  // EngineConfig::max_num_batched_tokens
-  int sse_writer_threads = 2;             // HttpServerOptions::sse_writer_threads
-  SseWriterOptions sse_writer_options;    // HttpServerOptions::sse_writer_options
   int socket_send_buffer_bytes = 0;       // HttpServerOptions::socket_send_buffer_bytes
+  double request_read_deadline_s = 30.0;  // HttpServerOptions::request_read_deadline_s
+  double idle_timeout_s = 5.0;            // HttpServerOptions::idle_timeout_s
   std::string chat_template = "plain";    // --chat-template
   std::string tool_call_parser;           // --tool-call-parser ("": the template's)
   // > 0: stories260K with this context length instead of its 512 (a copy of the weights with a
@@ -236,9 +236,9 @@ class OpenAiTestServer {
     server_options.max_body_bytes = options.max_body_bytes;
     server_options.num_threads = options.num_threads;
     server_options.max_connections = options.max_connections;
-    server_options.sse_writer_threads = options.sse_writer_threads;
-    server_options.sse_writer_options = options.sse_writer_options;
     server_options.socket_send_buffer_bytes = options.socket_send_buffer_bytes;
+    server_options.request_read_deadline_s = options.request_read_deadline_s;
+    server_options.idle_timeout_s = options.idle_timeout_s;
     server_ = std::make_unique<HttpServer>(server_options, context);
     EXPECT_TRUE(server_->Bind().ok());
     port_ = server_->port();
@@ -340,6 +340,17 @@ inline std::string StreamText(const std::string& http_response) {
     text += chunk["choices"][0]["text"].get<std::string>();
   }
   return text;
+}
+
+// Expects the server to be serving: /health 200 and a short completion 200 (after a hostile
+// request, say).
+inline void ExpectServing(const OpenAiTestServer& server) {
+  auto health = server.Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ok = server.Post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 2}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
 }  // namespace tinyserve::testing
