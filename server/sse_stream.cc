@@ -41,16 +41,26 @@ void SseStream::Attach(std::shared_ptr<SseStream> stream, HttpResponse& res) {
   res.stream = std::move(stream);
 }
 
+HttpBodyStream::State SseStream::Produce(std::string* out) {
+  if (!Produce(0.0, out)) return State::kMore;
+  SetWaker(nullptr);
+  job_.reset();
+  return State::kDone;
+}
+
 void SseStream::SetWake(std::function<void()> wake) {
+  if (job_ == nullptr) return;  // done: nothing more to wake for
   SetWaker(wake ? std::make_shared<FunctionWaker>(std::move(wake)) : nullptr);
 }
 
 void SseStream::OnClosed(bool complete) {
+  if (job_ == nullptr) return;  // done (and released) before the response ended
   SetWaker(nullptr);
   if (!complete) job_->Abort();
 }
 
 void SseStream::SetWaker(const std::shared_ptr<StreamWaker>& waker) {
+  if (job_ == nullptr) return;
   for (const auto& c : job_->choices()) c->stream->SetWaker(waker);
 }
 

@@ -34,9 +34,10 @@ class SseStream : public HttpBodyStream {
   static void Attach(std::shared_ptr<SseStream> stream, HttpResponse& res);
 
   // HttpBodyStream.
-  State Produce(std::string* out) override {
-    return Produce(0.0, out) ? State::kDone : State::kMore;
-  }
+  // At kDone the job goes (its admission slot, its engine streams): a request counts as in
+  // flight (num_in_flight(), /load) until its whole response is made, not until the transport
+  // has written the tail.
+  State Produce(std::string* out) override;
   void SetWake(std::function<void()> wake) override;
   void OnClosed(bool complete) override;
 
@@ -45,13 +46,12 @@ class SseStream : public HttpBodyStream {
   // (`data: [DONE]` produced); then it must not be called again.
   bool Produce(double wait_s, std::string* out);
   // Finishes every unfinished engine request of the job with reason abort (the client is gone).
-  void Abort() { job_->Abort(); }
+  // Nothing once the job is done.
+  void Abort() {
+    if (job_ != nullptr) job_->Abort();
+  }
   // Attaches `waker` to (null: detaches it from) every engine request stream of the job.
   void SetWaker(const std::shared_ptr<StreamWaker>& waker);
-  // The engine request id of the first choice, and how many of its completion tokens the chunks
-  // produced so far carry (for benchmarks).
-  const std::string& first_request_id() const { return job_->choices().front()->request_id; }
-  int32_t first_choice_tokens() const { return job_->choices().front()->text.num_tokens(); }
 
  protected:
   // Chunks to send before any output (echoed prompts, chat role chunks).
