@@ -46,9 +46,7 @@ constexpr size_t kLingerBytes = size_t{16} << 20;
 // The size of the chunks libmicrohttpd asks a stream for.
 constexpr size_t kStreamBlockBytes = size_t{32} << 10;
 
-double SteadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double SteadySeconds() { return SteadyClock().Now(); }
 
 }  // namespace
 

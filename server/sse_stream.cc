@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "base/clock.h"
 #include "server/protocol/responses.h"
 
 namespace tinyserve {
@@ -13,9 +14,7 @@ constexpr double kPingSeconds = 0.1;
 // As long as a non-streaming response waits (completions_route.cc, chat_route.cc).
 constexpr double kEngineFinishSeconds = 1.0;
 
-double SteadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double SteadySeconds() { return SteadyClock().Now(); }
 
 }  // namespace
 
