@@ -739,39 +739,36 @@ float DotLanesQ8_0(const uint8_t* w, const Q8Row& x) {
   return ReduceLanes(acc);
 }
 
-// Q4_K in lane order: lane l of super-block b holds sum over sub-blocks s of sc[s] * (the exact
-// int sum of elements 4l..4l+3 of s), fused-multiply-added with d * d_x; the mins go to one
-// scalar chain, subtracted at the end.
-float DotLanesQ4_K(const uint8_t* w, const Q8Row& x) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  float mins = 0.0f;
+// Q4_K per super-block b: the exact integers I = sum over sub-blocks s of sc[s] * (the int dot of
+// s) and M = sum over s of m[s] * (the activations' sum over s), then one fma each into two
+// chains in block order: acc = fma(float(I), d * d_x, acc), mins = fma(float(M), dmin * d_x,
+// mins); the result is acc - mins. (llama.cpp's AVX2 kernels on its 8-row interleaved Q4_K keep
+// the same per-block split; here it is the definition every kernel gives bit for bit.)
+float DotBlocksQ4_K(const uint8_t* w, const Q8Row& x) {
+  float acc = 0.0f, mins = 0.0f;
   int32_t q[256];
   for (int64_t b = 0; b < x.k / 256; ++b, w += 144) {
     KLevels(QuantType::kQ4_K, w, q);
-    int32_t lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int32_t msum = 0;
+    int32_t isum = 0, msum = 0;
     for (int sb = 0; sb < 8; ++sb) {
       uint8_t sc, m;
       ScaleMinK4(sb, w + 4, &sc, &m);
-      for (int l = 0; l < 8; ++l) {
-        int32_t p = 0;
-        for (int e = 4 * l; e < 4 * l + 4; ++e) p += q[32 * sb + e] * x.qs[256 * b + 32 * sb + e];
-        lane[l] += sc * p;
-      }
+      int32_t dot = 0;
+      for (int e = 0; e < 32; ++e) dot += q[32 * sb + e] * x.qs[256 * b + 32 * sb + e];
+      isum += sc * dot;
       msum += m * (x.sums[16 * b + 2 * sb] + x.sums[16 * b + 2 * sb + 1]);
     }
-    const float s = LoadHalf(w) * x.d[b];
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(static_cast<float>(lane[l]), s, acc[l]);
-    mins += (LoadHalf(w + 2) * x.d[b]) * static_cast<float>(msum);
+    acc = std::fma(static_cast<float>(isum), LoadHalf(w) * x.d[b], acc);
+    mins = std::fma(static_cast<float>(msum), LoadHalf(w + 2) * x.d[b], mins);
   }
-  return ReduceLanes(acc) - mins;
+  return acc - mins;
 }
 
 }  // namespace
 
 float DotRowReference(QuantType t, const uint8_t* w, const Q8Row& x) {
   if (t == QuantType::kQ8_0) return DotLanesQ8_0(w, x);
-  if (t == QuantType::kQ4_K) return DotLanesQ4_K(w, x);
+  if (t == QuantType::kQ4_K) return DotBlocksQ4_K(w, x);
   std::vector<int32_t> dots(static_cast<size_t>(NumSubBlocks(t, x.k)));
   SubBlockDotsReference(t, w, x.qs, x.k, dots.data());
   return CombineDots(t, w, x, dots.data());

@@ -16,6 +16,24 @@ namespace {
 #define TINYSERVE_QUANT_X86 1
 #endif
 
+// A Q4_K (or Q5_K) block's 8 six-bit sub-block scales and mins (ggml's get_scale_min_k4),
+// unpacked four at a time in 32-bit words (the words little-endian, as GGUF's bytes are): of the 12
+// bytes at q, bytes 0-3 hold the low 6 bits of scales 0-3, 4-7 those of mins 0-3, and their top 2
+// bits are bits 4-5 of scales (mins) 4-7, whose low 4 bits are the low (high) nibbles of bytes
+// 8-11.
+inline void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  const uint32_t sc03 = u[0] & kLow6, mn03 = u[1] & kLow6;
+  const uint32_t sc47 = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  const uint32_t mn47 = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  std::memcpy(sc, &sc03, 4);
+  std::memcpy(sc + 4, &sc47, 4);
+  std::memcpy(mn, &mn03, 4);
+  std::memcpy(mn + 4, &mn47, 4);
+}
+
 #ifdef TINYSERVE_QUANT_X86
 __attribute__((target("avx2"))) inline int32_t Hsum128(__m128i v) {
   v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
@@ -231,23 +249,6 @@ __attribute__((target(TINYSERVE_VNNI))) void TileQ8_0Vnni(const uint8_t* const* 
     for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]);
 }
 
-// A Q4_K (or Q5_K) block's 8 six-bit sub-block scales and mins (ggml's get_scale_min_k4),
-// unpacked four at a time in 32-bit words (x86 is little-endian): of the 12 bytes at q, bytes 0-3
-// hold the low 6 bits of scales 0-3, 4-7 those of mins 0-3, and their top 2 bits are bits 4-5 of
-// scales (mins) 4-7, whose low 4 bits are the low (high) nibbles of bytes 8-11.
-inline void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
-  uint32_t u[3];
-  std::memcpy(u, q, 12);
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  const uint32_t sc03 = u[0] & kLow6, mn03 = u[1] & kLow6;
-  const uint32_t sc47 = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  const uint32_t mn47 = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  std::memcpy(sc, &sc03, 4);
-  std::memcpy(sc + 4, &sc47, 4);
-  std::memcpy(mn, &mn03, 4);
-  std::memcpy(mn + 4, &mn47, 4);
-}
-
 // The 8 mins as 16 int16 lanes, each twice ([m0, m0, m1, m1, ...]), to pair with Q8_K's 16 sums.
 __attribute__((target("avx2"))) inline __m256i PairedMins(const uint8_t* mn) {
   const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
@@ -285,28 +286,33 @@ __attribute__((target("avx2"))) inline __m256i NibblesQ4_K(const BlockQ4_K& q, i
   return _mm256_and_si256(s % 2 == 0 ? v : _mm256_srli_epi16(v, 4), m4);
 }
 
-// The fp32 half of a Q4_K block for one activation row: acc += float(lane) * (d * dx) and the
-// mins' chain (the same steps for both instruction sets).
+// fma(a, b, c) rounded once, as std::fma (DotBlocksQ4_K's steps).
+__attribute__((target("avx2,fma"))) inline float Fma(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// The fp32 half of a Q4_K block for one activation row (DotBlocksQ4_K): the block's scaled dots
+// (the exact sum of the int32 lanes) and its mins' integer, each fma'd into its chain.
 __attribute__((target("avx2,fma"))) inline void AccumulateQ4_K(__m256i lane, const BlockQ4_K& q,
                                                                const Q8Row& x, int64_t b,
-                                                               __m256* acc, float* mins) {
-  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane), _mm256_set1_ps(q.d * x.d[b]), *acc);
+                                                               float* acc, float* mins) {
+  const int32_t isum = Hsum256(lane);
   const int32_t msum = MinsDot(PairedMins(q.mn), x.sums + 16 * b);
-  *mins += (q.dmin * x.d[b]) * static_cast<float>(msum);
+  *acc = Fma(static_cast<float>(isum), q.d * x.d[b], *acc);
+  *mins = Fma(static_cast<float>(msum), q.dmin * x.d[b], *mins);
 }
 
 // The Q4_K tile: per block, each weight row's scales once, then per sub-block its nibbles against
 // each activation row's 32 bytes. The integer lane sums are exact (so their order is free): per
 // sub-block maddubs, then madd and add on AVX2 (TileQ4_K) or one vpdpwssd (TileQ4_KVnni); the
-// fp32 steps are AccumulateQ4_K's, in block order.
+// fp32 steps are AccumulateQ4_K's, in block order. (Rows in groups of 8 run TileQ4_Kx8 instead.)
 template <int R, int C>
 __attribute__((target("avx2,fma,f16c"))) void TileQ4_K(const uint8_t* const* w, const Q8Row* x,
                                                        const int32_t* const* /*negsum*/, int64_t k,
                                                        float* out) {
-  __m256 acc[R][C];
-  float mins[R][C];
+  float acc[R][C], mins[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps(), mins[r][c] = 0.0f;
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f, mins[r][c] = 0.0f;
   for (int64_t b = 0; b < k / 256; ++b) {
     BlockQ4_K q[R];
     for (int r = 0; r < R; ++r) q[r] = ReadBlockQ4_K(w[r] + 144 * b);
@@ -333,7 +339,7 @@ __attribute__((target("avx2,fma,f16c"))) void TileQ4_K(const uint8_t* const* w, 
         AccumulateQ4_K(lane[r][c], q[r], x[c], b, &acc[r][c], &mins[r][c]);
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]) - mins[r][c];
+    for (int c = 0; c < C; ++c) out[c * R + r] = acc[r][c] - mins[r][c];
 }
 
 // TileQ4_K with vpdpwssd (the scaled pair sums added in one instruction).
@@ -341,10 +347,9 @@ template <int R, int C>
 __attribute__((target(TINYSERVE_VNNI))) void TileQ4_KVnni(const uint8_t* const* w, const Q8Row* x,
                                                           const int32_t* const* /*negsum*/,
                                                           int64_t k, float* out) {
-  __m256 acc[R][C];
-  float mins[R][C];
+  float acc[R][C], mins[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps(), mins[r][c] = 0.0f;
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f, mins[r][c] = 0.0f;
   for (int64_t b = 0; b < k / 256; ++b) {
     BlockQ4_K q[R];
     for (int r = 0; r < R; ++r) q[r] = ReadBlockQ4_K(w[r] + 144 * b);
@@ -369,7 +374,7 @@ __attribute__((target(TINYSERVE_VNNI))) void TileQ4_KVnni(const uint8_t* const* 
         AccumulateQ4_K(lane[r][c], q[r], x[c], b, &acc[r][c], &mins[r][c]);
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]) - mins[r][c];
+    for (int c = 0; c < C; ++c) out[c * R + r] = acc[r][c] - mins[r][c];
 }
 
 // Q5_K and Q6_K in CombineDots' order: per super-block, the exact integer sum of every
@@ -475,6 +480,147 @@ __attribute__((target("avx2,fma,f16c"))) void TileQ6_K(const uint8_t* const* w, 
   }
   for (int c = 0; c < C; ++c) out[c] = acc[c];
 }
+
+// ---- Q4_K rows interleaved 8 at a time (RepackQ4_KRows8) ------------------------------------
+// One super-block of a group of 8 rows (kQ4_KRows8BlockBytes = 1184 bytes):
+//   [0, 16)      the 8 rows' d (f16), row r at 2 r
+//   [16, 32)     their dmin (f16)
+//   [32, 96)     sub-block scales, byte 8 s + r = row r's scale of sub-block s
+//   [96, 160)    mins in pairs of sub-blocks: byte 16 p + 2 r + h = row r's min of sub-block 2 p +
+//   h [160, 1184)  the nibbles: 32-byte chunk 8 g + i holds, at 4 r, bytes 32 g + 4 i .. + 3 of row
+//                r's qs (elements 4 i .. 4 i + 3 of sub-blocks 2 g (low) and 2 g + 1 (high))
+// so one vector load gives four consecutive elements of every row, each row's sums land in its
+// own 32-bit lane, and the fp32 steps of the 8 rows are one vector operation each.
+constexpr int kX8Dmin = 16, kX8Scales = 32, kX8Mins = 96, kX8Qs = 160;
+
+// Sub-block s's scales of the 8 rows as int16 pairs (sc, sc) in 32-bit lanes, for madd.
+__attribute__((target("avx2"))) inline __m256i ScalePairsX8(const uint8_t* blk, int s) {
+  const __m256i v = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kX8Scales + 8 * s)));
+  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+// Four activation bytes (elements e .. e + 3 of row c's block b) in every 32-bit lane.
+__attribute__((target("avx2"))) inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The fp32 half of one super-block for 8 weight rows and C activation rows (DotBlocksQ4_K's
+// steps, a lane per weight row): isum[c] holds the rows' I; M comes from the mins here.
+template <int C>
+__attribute__((target("avx2,fma,f16c"))) inline void FinishQ4_Kx8(const uint8_t* blk,
+                                                                  const Q8Row* x, int64_t b,
+                                                                  const __m256i* isum, __m256* acc,
+                                                                  __m256* mins) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+  const __m256 dmin =
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kX8Dmin)));
+  __m256i mn[4];
+  for (int p = 0; p < 4; ++p) {
+    mn[p] = _mm256_cvtepu8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kX8Mins + 16 * p)));
+  }
+  for (int c = 0; c < C; ++c) {
+    const int16_t* sums = x[c].sums + 16 * b;
+    // 32-bit element p: the activations' sums of sub-blocks 2 p (low half) and 2 p + 1.
+    int32_t pair[4];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(pair),
+                     _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums)),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + 8))));
+    __m256i msum = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p)
+      msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[p], _mm256_set1_epi32(pair[p])));
+    const __m256 dx = _mm256_set1_ps(x[c].d[b]);
+    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, dx), acc[c]);
+    mins[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), mins[c]);
+  }
+}
+
+// 8 interleaved Q4_K rows (group g) against C activation rows: out[c * 8 + r]. AVX2: per sub-block
+// the nibble x activation pairs summed in int16 (8 chunks of at most 2 * 15 * 128 each: exact),
+// then madd with the scales into the rows' int32 lanes.
+template <int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ4_Kx8(const uint8_t* g, const Q8Row* x,
+                                                         int64_t k, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[C], mins[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps(), mins[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = g + kQ4_KRows8BlockBytes * b;
+    __m256i isum[C];
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+    for (int gi = 0; gi < 4; ++gi) {
+      __m256i lo[C], hi[C];
+      for (int c = 0; c < C; ++c) lo[c] = _mm256_setzero_si256(), hi[c] = _mm256_setzero_si256();
+      for (int i = 0; i < 8; ++i) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kX8Qs + 256 * gi + 32 * i));
+        const __m256i vl = _mm256_and_si256(v, m4);
+        const __m256i vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int c = 0; c < C; ++c) {
+          const int8_t* xb = x[c].qs + 256 * b + 64 * gi + 4 * i;
+          lo[c] = _mm256_add_epi16(lo[c], _mm256_maddubs_epi16(vl, Broadcast4(xb)));
+          hi[c] = _mm256_add_epi16(hi[c], _mm256_maddubs_epi16(vh, Broadcast4(xb + 32)));
+        }
+      }
+      const __m256i sl = ScalePairsX8(blk, 2 * gi), sh = ScalePairsX8(blk, 2 * gi + 1);
+      for (int c = 0; c < C; ++c) {
+        isum[c] = _mm256_add_epi32(
+            isum[c], _mm256_add_epi32(_mm256_madd_epi16(lo[c], sl), _mm256_madd_epi16(hi[c], sh)));
+      }
+    }
+    FinishQ4_Kx8<C>(blk, x, b, isum, acc, mins);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_sub_ps(acc[c], mins[c]));
+}
+
+// TileQ4_Kx8 with vpdpbusd: each sub-block's dots straight into int32 lanes, times the scales.
+template <int C>
+__attribute__((target(TINYSERVE_VNNI))) void TileQ4_Kx8Vnni(const uint8_t* g, const Q8Row* x,
+                                                            int64_t k, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[C], mins[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps(), mins[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = g + kQ4_KRows8BlockBytes * b;
+    __m256i isum[C];
+    for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+    for (int gi = 0; gi < 4; ++gi) {
+      __m256i lo[C], hi[C];
+      for (int c = 0; c < C; ++c) lo[c] = _mm256_setzero_si256(), hi[c] = _mm256_setzero_si256();
+      for (int i = 0; i < 8; ++i) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kX8Qs + 256 * gi + 32 * i));
+        const __m256i vl = _mm256_and_si256(v, m4);
+        const __m256i vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int c = 0; c < C; ++c) {
+          const int8_t* xb = x[c].qs + 256 * b + 64 * gi + 4 * i;
+          lo[c] = _mm256_dpbusd_epi32(lo[c], vl, Broadcast4(xb));
+          hi[c] = _mm256_dpbusd_epi32(hi[c], vh, Broadcast4(xb + 32));
+        }
+      }
+      const __m256i sl = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kX8Scales + 16 * gi)));
+      const __m256i sh = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kX8Scales + 16 * gi + 8)));
+      for (int c = 0; c < C; ++c) {
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_mullo_epi32(lo[c], sl),
+                                                             _mm256_mullo_epi32(hi[c], sh)));
+      }
+    }
+    FinishQ4_Kx8<C>(blk, x, b, isum, acc, mins);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_sub_ps(acc[c], mins[c]));
+}
+
+using TileX8Fn = void (*)(const uint8_t* g, const Q8Row* x, int64_t k, float* out);
+constexpr int kMaxX8Cols = 4;
+constexpr TileX8Fn kTilesQ4_Kx8[kMaxX8Cols] = {&TileQ4_Kx8<1>, &TileQ4_Kx8<2>, &TileQ4_Kx8<3>,
+                                               &TileQ4_Kx8<4>};
+constexpr TileX8Fn kTilesQ4_Kx8Vnni[kMaxX8Cols] = {&TileQ4_Kx8Vnni<1>, &TileQ4_Kx8Vnni<2>,
+                                                   &TileQ4_Kx8Vnni<3>, &TileQ4_Kx8Vnni<4>};
 
 // A tile kernel: TileQ8_0<R, C> and the others' signature.
 using TileFn = void (*)(const uint8_t* const* w, const Q8Row* x, const int32_t* const* negsum,
@@ -597,6 +743,32 @@ int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
 }
 
 }  // namespace
+
+size_t Q4_KRows8Bytes(int32_t rows, int32_t cols) {
+  return static_cast<size_t>(rows / 8) * static_cast<size_t>(cols / 256) * kQ4_KRows8BlockBytes;
+}
+
+void RepackQ4_KRows8(const uint8_t* blocks, int32_t rows, int32_t cols, uint8_t* out) {
+  const int64_t nb = cols / 256;
+  const size_t row_bytes = QuantRowBytes(QuantType::kQ4_K, cols);
+  for (int32_t g = 0; g < rows / 8; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (static_cast<size_t>(g) * nb + b) * kQ4_KRows8BlockBytes;
+      for (int r = 0; r < 8; ++r) {
+        const uint8_t* blk = blocks + (static_cast<size_t>(g) * 8 + r) * row_bytes + 144 * b;
+        std::memcpy(o + 2 * r, blk, 2);           // d
+        std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // dmin
+        uint8_t sc[8], mn[8];
+        ScalesMinsK4(blk + 4, sc, mn);
+        for (int sb = 0; sb < 8; ++sb) {
+          o[32 + 8 * sb + r] = sc[sb];
+          o[96 + 16 * (sb / 2) + 2 * r + sb % 2] = mn[sb];
+        }
+        for (int c = 0; c < 32; ++c) std::memcpy(o + 160 + 32 * c + 4 * r, blk + 16 + 4 * c, 4);
+      }
+    }
+  }
+}
 
 void SubBlockDots(QuantType t, const uint8_t* w, const int8_t* xq, int64_t k, int32_t* dots) {
 #ifdef TINYSERVE_QUANT_X86
@@ -721,6 +893,38 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
       const bool k_quant = IsKQuant(part.type);
       const std::vector<Q8Row>& xr = rows[k_quant ? 1 : 0];
 #ifdef TINYSERVE_QUANT_X86
+      if (part.rows8 != nullptr && isa != DotIsa::kPortable) {
+        // Whole groups of 8 from the interleaved copy; a row outside one (the item or the segment
+        // cuts a group) through the one-row tiles. Both give DotBlocksQ4_K's bits.
+        const TileX8Fn* x8 = isa == DotIsa::kAvx512Vnni ? kTilesQ4_Kx8Vnni : kTilesQ4_Kx8;
+        const TileKernels single = TileKernelsFor(part.type, isa);
+        const size_t group_bytes = Q4_KRows8Bytes(8, k);
+        while (j < seg_end) {
+          const bool group = local % 8 == 0 && seg_end - j >= 8;
+          const uint8_t* g = part.rows8 + group_bytes * (local / 8);
+          const uint8_t* row = part.blocks + wrow_bytes * local;
+          for (int32_t i = 0; i < m; i += kMaxX8Cols) {
+            const int c = std::min<int32_t>(kMaxX8Cols, m - i);
+            float out[8 * kMaxX8Cols];
+            if (group) {
+              x8[c - 1](g, &xr[i], k, out);
+              for (int v = 0; v < c; ++v)
+                std::memcpy(y + static_cast<size_t>(i + v) * n + j, out + 8 * v, 8 * sizeof(float));
+            } else {
+              const int c1 = std::min(c, single.max_cols);
+              for (int i1 = 0; i1 < c; i1 += c1) {
+                const int cc = std::min(c1, c - i1);
+                single.at(1, cc)(&row, &xr[i + i1], nullptr, k, out);
+                for (int v = 0; v < cc; ++v) y[static_cast<size_t>(i + i1 + v) * n + j] = out[v];
+              }
+            }
+          }
+          const int32_t step = group ? 8 : 1;
+          j += step;
+          local += step;
+        }
+        continue;
+      }
       if (HasTileKernels(part.type, isa)) {
         // Tiles of up to tile_rows weight rows (the kernel's widest from kRowTileMinBatch
         // activation rows on, else 1), each against the activation rows max_cols at a time.

@@ -5,10 +5,11 @@
 // - activations are quantized per row exactly as QuantizeActivations does (Q8_0 blocks for the
 //   legacy types, Q8_K for the K-quants; every division and product rounded alone, the amax a
 //   max, ties to the first index for Q8_K, f16 scales rounded to nearest even);
-// - y[i, j] = DotRowReference(w row j, q8(x row i)): Q8_0 and Q4_K in its lane order (8 fp32
-//   accumulators, lane l owning elements 4l..4l+3 of every sub-block, one fmaf per block, summed as
-//   ReduceLanes), the other types as SubBlockDots (exact integer sums, dp4a) then CombineDots (one
-//   fp32 chain in block order);
+// - y[i, j] = DotRowReference(w row j, q8(x row i)): Q8_0 in its lane order (8 fp32
+//   accumulators, lane l owning elements 4l..4l+3 of every block, one fmaf per block, summed as
+//   ReduceLanes), Q4_K as one exact integer per super-block for the scaled dots and one for the
+//   mins, each fmaf'd into its own chain, the other types as SubBlockDots (exact integer sums,
+//   dp4a) then CombineDots (one fp32 chain in block order);
 // - dequantized rows (the embedding, and the bf16 tiles below) as DequantizeRow.
 //
 // Every fp32 step is an explicit __f*_rn intrinsic, so nvcc contracts nothing, and the integer
@@ -220,7 +221,7 @@ __device__ float GroupDot(const uint8_t* w, Q8Activations x, int64_t row, int64_
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = w + b * F::kBytes;
       const int8_t* xb = xq + 256 * b;
-      int lane_sum = 0, isum = 0, msum = 0;
+      int isum = 0, msum = 0;
 #pragma unroll
       for (int s = 0; s < 8; ++s) {
         int sc, mn;
@@ -228,23 +229,23 @@ __device__ float GroupDot(const uint8_t* w, Q8Activations x, int64_t row, int64_
         const int p =
             __dp4a(Levels4<T>(blk, 32 * s + 4 * lane), LoadInt(xb + 32 * s + 4 * lane), 0);
         if constexpr (T == kQ4_K) {
-          lane_sum += sc * p;
+          isum += sc * p;  // this lane's part; the group's sum is exact in any order
         } else {
           isum += sc * GroupSum(p);
         }
         msum += mn * (sums[16 * b + 2 * s] + sums[16 * b + 2 * s + 1]);
       }
-      if constexpr (T == kQ4_K) {  // lane order (DotLanesQ4_K)
-        acc = __fmaf_rn(static_cast<float>(lane_sum), __fmul_rn(LoadHalf(blk), xd[b]), acc);
-        mins = __fadd_rn(mins,
-                         __fmul_rn(__fmul_rn(LoadHalf(blk + 2), xd[b]), static_cast<float>(msum)));
+      if constexpr (T == kQ4_K) {  // per super-block integers, two fma chains (DotBlocksQ4_K)
+        isum = GroupSum(isum);
+        acc = __fmaf_rn(static_cast<float>(isum), __fmul_rn(LoadHalf(blk), xd[b]), acc);
+        mins = __fmaf_rn(static_cast<float>(msum), __fmul_rn(LoadHalf(blk + 2), xd[b]), mins);
       } else {  // CombineDots
         const float v = __fsub_rn(__fmul_rn(LoadHalf(blk), static_cast<float>(isum)),
                                   __fmul_rn(LoadHalf(blk + 2), static_cast<float>(msum)));
         acc = __fadd_rn(acc, __fmul_rn(xd[b], v));
       }
     }
-    if constexpr (T == kQ4_K) return __fsub_rn(GroupReduceLanes(acc), mins);
+    if constexpr (T == kQ4_K) return __fsub_rn(acc, mins);
     return acc;
   } else {  // Q6_K: sixteen sub-blocks of 16; lanes 0-3 (4-7) of run r hold sub-block 2r (2r + 1)
     const float* xd = x.d + row * nb;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -278,6 +279,8 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
   const Fused cases[] = {{{QuantType::kQ8_0}, {37}},
                          {{QuantType::kQ4_0}, {20}},
                          {{QuantType::kQ4_K, QuantType::kQ4_K, QuantType::kQ6_K}, {16, 8, 9}},
+                         // Interleaved Q4_K groups that start at row 9 of the matrix.
+                         {{QuantType::kQ6_K, QuantType::kQ4_K}, {9, 24}},
                          {{QuantType::kQ5_K, QuantType::kQ5_0}, {5, 17}},
                          {{QuantType::kQ4_1, QuantType::kQ5_1}, {3, 4}}};
   const std::vector<float> x = Gaussian(33 * static_cast<size_t>(k), 21);
@@ -403,6 +406,69 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
     }
     ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
   }
+}
+
+// Q4_K rows interleaved 8 at a time (RepackQ4_KRows8) on level, scale and min bytes no quantizer
+// writes: the 8-row kernels give DotRowReference's bits for 16 rows (two groups) and batches of
+// 1..9 (partial tiles of activation rows), with k = 256 * 3. And they do read the copy: a copy of
+// other rows changes every result (on the SIMD instruction sets; the portable path reads the
+// blocks).
+TEST(GgmlQuantTest, InterleavedQ4_KRowsGiveTheReferenceBits) {
+  const int32_t k = 768, n = 16, max_m = 9;
+  const QuantType t = QuantType::kQ4_K;
+  const size_t row_bytes = QuantRowBytes(t, k);
+  const std::vector<float> x = Gaussian(static_cast<size_t>(max_m) * k, 41, 4.0f);
+  std::vector<uint8_t> w(row_bytes * n), other(row_bytes * n);
+  for (std::vector<uint8_t>* blocks : {&w, &other}) {
+    for (int32_t r = 0; r < n; ++r) {
+      QuantizeRowReference(t, Gaussian(k, 50 + r + (blocks == &w ? 0 : 100)).data(), k,
+                           blocks->data() + row_bytes * r);
+    }
+  }
+  std::mt19937 rng(19);
+  for (size_t off = 0; off < w.size(); ++off) {
+    if (off % 144 >= 4) w[off] = static_cast<uint8_t>(rng());  // d and dmin stay finite
+  }
+  ASSERT_EQ(Q4_KRows8Bytes(n, k), static_cast<size_t>(n / 8) * (k / 256) * 1184);
+  std::vector<uint8_t> rows8(Q4_KRows8Bytes(n, k)), other8(Q4_KRows8Bytes(n, k));
+  RepackQ4_KRows8(w.data(), n, k, rows8.data());
+  RepackQ4_KRows8(other.data(), n, k, other8.data());
+  QuantMatrix qm;
+  qm.rows = n;
+  qm.cols = k;
+  qm.num_parts = 1;
+  qm.parts[0] = {t, w.data(), n, rows8.data()};
+  std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
+  uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+  std::vector<float> want(static_cast<size_t>(max_m) * n);
+  for (int32_t i = 0; i < max_m; ++i) {
+    const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
+    for (int32_t j = 0; j < n; ++j)
+      want[static_cast<size_t>(i) * n + j] = DotRowReference(t, w.data() + row_bytes * j, xr);
+  }
+  const ParallelForFn serial = [](int64_t count, const std::function<void(int64_t)>& fn) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+  };
+  for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
+    if (!SetQuantDotIsaForTesting(isa)) {
+      std::printf("[ skipped  ] %s: not on this CPU\n", isa);
+      continue;
+    }
+    for (int32_t m = 1; m <= max_m; ++m) {
+      std::vector<float> y(static_cast<size_t>(m) * n);
+      QuantLinear(x.data(), qm, m, y.data(), serial);
+      for (size_t e = 0; e < y.size(); ++e)
+        ASSERT_EQ(y[e], want[e]) << isa << " m " << m << " e " << e;
+    }
+    if (std::string(isa) != "portable") {
+      QuantMatrix swapped = qm;
+      swapped.parts[0].rows8 = other8.data();
+      std::vector<float> y(n);
+      QuantLinear(x.data(), swapped, 1, y.data(), serial);
+      for (int32_t j = 0; j < n; ++j) EXPECT_NE(y[j], want[j]) << isa << " row " << j;
+    }
+  }
+  ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
 }
 
 // The default UploadQuantMatrix (what device backends get) stores the dequantized fp32 matrix.
