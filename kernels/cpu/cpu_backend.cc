@@ -126,18 +126,19 @@ class CpuBackend final : public Backend {
   }
 
   // Quantized weights stay where they are (a mapped GGUF file) and are read there, except Q4_K
-  // parts of whole groups of 8 rows, which the SIMD kernels read from an interleaved copy made
-  // here (RepackQ4_KRows8: 2.8% larger than the blocks; the original stays for the embedding and
-  // the portable path). One allocation holds the header and the copies.
+  // and Q6_K parts of whole groups of 8 rows, which the SIMD kernels read from an interleaved
+  // copy made here (RepackRows8: Q4_K 2.8% larger than its blocks, Q6_K the same size; the
+  // original stays for the embedding and the portable path). One allocation holds the header and
+  // the copies.
   WeightRef UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols) override {
     if (num_parts < 1 || num_parts > QuantMatrix::kMaxParts) return {};
     auto interleaved = [&](int32_t p) {
-      return parts[p].type == QuantType::kQ4_K && parts[p].rows > 0 && parts[p].rows % 8 == 0;
+      return HasRows8Layout(parts[p].type) && parts[p].rows > 0 && parts[p].rows % 8 == 0;
     };
     constexpr size_t kHeader = (sizeof(QuantMatrix) + 63) / 64 * 64;
     size_t bytes = kHeader;
     for (int32_t p = 0; p < num_parts; ++p) {
-      if (interleaved(p)) bytes += Q4_KRows8Bytes(parts[p].rows, cols);
+      if (interleaved(p)) bytes += Rows8Bytes(parts[p].type, parts[p].rows, cols);
     }
     auto* base = static_cast<uint8_t*>(Allocate(bytes));
     if (base == nullptr) return {};
@@ -149,9 +150,9 @@ class CpuBackend final : public Backend {
       const auto* blocks = static_cast<const uint8_t*>(parts[p].blocks);
       h->parts[p] = {parts[p].type, blocks, parts[p].rows};
       if (interleaved(p)) {
-        RepackQ4_KRows8(blocks, parts[p].rows, cols, copy);
+        RepackRows8(parts[p].type, blocks, parts[p].rows, cols, copy);
         h->parts[p].rows8 = copy;
-        copy += Q4_KRows8Bytes(parts[p].rows, cols);
+        copy += Rows8Bytes(parts[p].type, parts[p].rows, cols);
       }
       h->rows += parts[p].rows;
     }

@@ -34,6 +34,30 @@ inline void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
   std::memcpy(mn + 4, &mn47, 4);
 }
 
+// ---- Rows interleaved 8 at a time (RepackRows8) ----------------------------------------------
+// Q4_K: one super-block of a group of 8 rows (kQ4_KRows8BlockBytes = 1184 bytes):
+//   [0, 16)      the 8 rows' d (f16), row r at 2 r
+//   [16, 32)     their dmin (f16)
+//   [32, 96)     sub-block scales, byte 8 s + r = row r's scale of sub-block s
+//   [96, 160)    mins in pairs of sub-blocks: byte 16 p + 2 r + h = row r's min of sub-block 2 p +
+//   h [160, 1184)  the nibbles: 32-byte chunk 8 g + i holds, at 4 r, bytes 32 g + 4 i .. + 3 of row
+//                r's qs (elements 4 i .. 4 i + 3 of sub-blocks 2 g (low) and 2 g + 1 (high))
+// so one vector load gives four consecutive elements of every row, each row's sums land in its
+// own 32-bit lane, and the fp32 steps of the 8 rows are one vector operation each.
+constexpr int kX8Dmin = 16, kX8Scales = 32, kX8Mins = 96, kX8Qs = 160;
+constexpr size_t kQ4_KRows8BlockBytes = 1184;
+// Q6_K (kQ6_KRows8BlockBytes = 1680 bytes = 8 x 210):
+//   [0, 16)      the 8 rows' d (f16)
+//   [16, 144)    scales (int8) in pairs of sub-blocks: byte 16 p + 2 r + h = row r's scale of
+//                sub-block 2 p + h (16 sub-blocks of 16)
+//   [144, 1680)  16 runs of 96 bytes in the order the kernel reads them (so the hardware
+//                prefetcher sees one forward stream: with ql and qh in separate regions, batch 1
+//                waited on the qh loads): run t = 8 h + i is three 32-byte chunks holding, at 4 r,
+//                row r's ql[64 h + 4 i ..], ql[64 h + 32 + 4 i ..] and qh[32 h + 4 i ..] (4 bytes
+//                each)
+constexpr int kQ6X8Scales = 16, kQ6X8Runs = 144;
+constexpr size_t kQ6_KRows8BlockBytes = 1680;
+
 #ifdef TINYSERVE_QUANT_X86
 __attribute__((target("avx2"))) inline int32_t Hsum128(__m128i v) {
   v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
@@ -481,18 +505,6 @@ __attribute__((target("avx2,fma,f16c"))) void TileQ6_K(const uint8_t* const* w, 
   for (int c = 0; c < C; ++c) out[c] = acc[c];
 }
 
-// ---- Q4_K rows interleaved 8 at a time (RepackQ4_KRows8) ------------------------------------
-// One super-block of a group of 8 rows (kQ4_KRows8BlockBytes = 1184 bytes):
-//   [0, 16)      the 8 rows' d (f16), row r at 2 r
-//   [16, 32)     their dmin (f16)
-//   [32, 96)     sub-block scales, byte 8 s + r = row r's scale of sub-block s
-//   [96, 160)    mins in pairs of sub-blocks: byte 16 p + 2 r + h = row r's min of sub-block 2 p +
-//   h [160, 1184)  the nibbles: 32-byte chunk 8 g + i holds, at 4 r, bytes 32 g + 4 i .. + 3 of row
-//                r's qs (elements 4 i .. 4 i + 3 of sub-blocks 2 g (low) and 2 g + 1 (high))
-// so one vector load gives four consecutive elements of every row, each row's sums land in its
-// own 32-bit lane, and the fp32 steps of the 8 rows are one vector operation each.
-constexpr int kX8Dmin = 16, kX8Scales = 32, kX8Mins = 96, kX8Qs = 160;
-
 // Sub-block s's scales of the 8 rows as int16 pairs (sc, sc) in 32-bit lanes, for madd.
 __attribute__((target("avx2"))) inline __m256i ScalePairsX8(const uint8_t* blk, int s) {
   const __m256i v = _mm256_cvtepu8_epi32(
@@ -615,12 +627,148 @@ __attribute__((target(TINYSERVE_VNNI))) void TileQ4_Kx8Vnni(const uint8_t* g, co
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_sub_ps(acc[c], mins[c]));
 }
 
+// The levels (0..63, unsigned) of four consecutive elements of each of 8 interleaved Q6_K rows:
+// out[r] for elements 128 h + 32 r + 4 i .. + 3 (sub-block 8 h + 2 r + i / 4), from run 8 h + i
+// (ql at a and b, qh at q). The 16-bit shifts move bits across bytes only where the masks then
+// clear them.
+__attribute__((target("avx2"))) inline void LevelsQ6_Kx8(const uint8_t* blk, int h, int i,
+                                                         __m256i* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  const uint8_t* run = blk + kQ6X8Runs + 96 * (8 * h + i);
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32));
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 64));
+  out[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(q, 4), m30));
+  out[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi16(q, 2), m30));
+  out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(q, m30));
+  out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(q, 2), m30));
+}
+
+// Sub-block pair p's scales of the 8 rows as int16 pairs (sc[2p], sc[2p + 1]) in 32-bit lanes.
+__attribute__((target("avx2"))) inline __m256i ScalePairsQ6_Kx8(const uint8_t* blk, int p) {
+  return _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6X8Scales + 16 * p)));
+}
+
+// The fp32 half of one Q6_K super-block for 8 rows (CombineDots' steps, a lane per weight row):
+// udots[c] holds each row's sum of sc * (unsigned-level dot); the levels' offset of 32 comes off
+// as 32 * sum(sc * the activations' sums of 16), all exact.
+template <int C>
+__attribute__((target("avx2,fma,f16c"))) inline void FinishQ6_Kx8(const uint8_t* blk,
+                                                                  const Q8Row* x, int64_t b,
+                                                                  const __m256i* udots,
+                                                                  __m256* acc) {
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+  __m256i sp[8];
+  for (int p = 0; p < 8; ++p) sp[p] = ScalePairsQ6_Kx8(blk, p);
+  for (int c = 0; c < C; ++c) {
+    const int16_t* sums = x[c].sums + 16 * b;
+    __m256i offset = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p) {
+      int32_t pair;
+      std::memcpy(&pair, sums + 2 * p, 4);
+      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(sp[p], _mm256_set1_epi32(pair)));
+    }
+    const __m256i isum = _mm256_sub_epi32(udots[c], _mm256_slli_epi32(offset, 5));
+    acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_set1_ps(x[c].d[b]),
+                                                 _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))));
+  }
+}
+
+// Sub-block s's scale of the 8 rows (int32 lanes) from its pair vector.
+__attribute__((target("avx2"))) inline __m256i ScaleOfPair(__m256i pair, int half) {
+  return half == 0 ? _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16)
+                   : _mm256_srai_epi32(pair, 16);
+}
+
+// 8 interleaved Q6_K rows against C activation rows: out[c * 8 + r]. Per sub-block of 16 the
+// unsigned levels' dot (AVX2: maddubs, madd with ones; at most 16 * 63 * 128), times its scale.
+template <int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ6_Kx8(const uint8_t* g, const Q8Row* x,
+                                                         int64_t k, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = g + kQ6_KRows8BlockBytes * b;
+    __m256i udots[C];
+    for (int c = 0; c < C; ++c) udots[c] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      for (int half = 0; half < 2; ++half) {
+        __m256i dot[4][C];
+        for (int r = 0; r < 4; ++r)
+          for (int c = 0; c < C; ++c) dot[r][c] = _mm256_setzero_si256();
+        for (int i = 4 * half; i < 4 * half + 4; ++i) {
+          __m256i lv[4];
+          LevelsQ6_Kx8(blk, h, i, lv);
+          for (int r = 0; r < 4; ++r) {
+            for (int c = 0; c < C; ++c) {
+              const __m256i xv = Broadcast4(x[c].qs + 256 * b + 128 * h + 32 * r + 4 * i);
+              dot[r][c] = _mm256_add_epi32(
+                  dot[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(lv[r], xv), ones));
+            }
+          }
+        }
+        for (int r = 0; r < 4; ++r) {
+          const __m256i sc = ScaleOfPair(ScalePairsQ6_Kx8(blk, 4 * h + r), half);
+          for (int c = 0; c < C; ++c)
+            udots[c] = _mm256_add_epi32(udots[c], _mm256_mullo_epi32(dot[r][c], sc));
+        }
+      }
+    }
+    FinishQ6_Kx8<C>(blk, x, b, udots, acc);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+
+// TileQ6_Kx8 with vpdpbusd.
+template <int C>
+__attribute__((target(TINYSERVE_VNNI))) void TileQ6_Kx8Vnni(const uint8_t* g, const Q8Row* x,
+                                                            int64_t k, float* out) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = g + kQ6_KRows8BlockBytes * b;
+    __m256i udots[C];
+    for (int c = 0; c < C; ++c) udots[c] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      for (int half = 0; half < 2; ++half) {
+        __m256i dot[4][C];
+        for (int r = 0; r < 4; ++r)
+          for (int c = 0; c < C; ++c) dot[r][c] = _mm256_setzero_si256();
+        for (int i = 4 * half; i < 4 * half + 4; ++i) {
+          __m256i lv[4];
+          LevelsQ6_Kx8(blk, h, i, lv);
+          for (int r = 0; r < 4; ++r) {
+            for (int c = 0; c < C; ++c) {
+              const __m256i xv = Broadcast4(x[c].qs + 256 * b + 128 * h + 32 * r + 4 * i);
+              dot[r][c] = _mm256_dpbusd_epi32(dot[r][c], lv[r], xv);
+            }
+          }
+        }
+        for (int r = 0; r < 4; ++r) {
+          const __m256i sc = ScaleOfPair(ScalePairsQ6_Kx8(blk, 4 * h + r), half);
+          for (int c = 0; c < C; ++c)
+            udots[c] = _mm256_add_epi32(udots[c], _mm256_mullo_epi32(dot[r][c], sc));
+        }
+      }
+    }
+    FinishQ6_Kx8<C>(blk, x, b, udots, acc);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+
 using TileX8Fn = void (*)(const uint8_t* g, const Q8Row* x, int64_t k, float* out);
 constexpr int kMaxX8Cols = 4;
 constexpr TileX8Fn kTilesQ4_Kx8[kMaxX8Cols] = {&TileQ4_Kx8<1>, &TileQ4_Kx8<2>, &TileQ4_Kx8<3>,
                                                &TileQ4_Kx8<4>};
 constexpr TileX8Fn kTilesQ4_Kx8Vnni[kMaxX8Cols] = {&TileQ4_Kx8Vnni<1>, &TileQ4_Kx8Vnni<2>,
                                                    &TileQ4_Kx8Vnni<3>, &TileQ4_Kx8Vnni<4>};
+constexpr TileX8Fn kTilesQ6_Kx8[kMaxX8Cols] = {&TileQ6_Kx8<1>, &TileQ6_Kx8<2>, &TileQ6_Kx8<3>,
+                                               &TileQ6_Kx8<4>};
+constexpr TileX8Fn kTilesQ6_Kx8Vnni[kMaxX8Cols] = {&TileQ6_Kx8Vnni<1>, &TileQ6_Kx8Vnni<2>,
+                                                   &TileQ6_Kx8Vnni<3>, &TileQ6_Kx8Vnni<4>};
 
 // A tile kernel: TileQ8_0<R, C> and the others' signature.
 using TileFn = void (*)(const uint8_t* const* w, const Q8Row* x, const int32_t* const* negsum,
@@ -744,27 +892,45 @@ int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
 
 }  // namespace
 
-size_t Q4_KRows8Bytes(int32_t rows, int32_t cols) {
-  return static_cast<size_t>(rows / 8) * static_cast<size_t>(cols / 256) * kQ4_KRows8BlockBytes;
+bool HasRows8Layout(QuantType t) { return t == QuantType::kQ4_K || t == QuantType::kQ6_K; }
+
+size_t Rows8Bytes(QuantType t, int32_t rows, int32_t cols) {
+  const size_t block = t == QuantType::kQ4_K ? kQ4_KRows8BlockBytes : kQ6_KRows8BlockBytes;
+  return static_cast<size_t>(rows / 8) * static_cast<size_t>(cols / 256) * block;
 }
 
-void RepackQ4_KRows8(const uint8_t* blocks, int32_t rows, int32_t cols, uint8_t* out) {
+void RepackRows8(QuantType t, const uint8_t* blocks, int32_t rows, int32_t cols, uint8_t* out) {
   const int64_t nb = cols / 256;
-  const size_t row_bytes = QuantRowBytes(QuantType::kQ4_K, cols);
+  const size_t row_bytes = QuantRowBytes(t, cols), in_block = QuantBlockBytes(t);
+  const size_t out_block = Rows8Bytes(t, 8, 256);
   for (int32_t g = 0; g < rows / 8; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = out + (static_cast<size_t>(g) * nb + b) * kQ4_KRows8BlockBytes;
+      uint8_t* o = out + (static_cast<size_t>(g) * nb + b) * out_block;
       for (int r = 0; r < 8; ++r) {
-        const uint8_t* blk = blocks + (static_cast<size_t>(g) * 8 + r) * row_bytes + 144 * b;
-        std::memcpy(o + 2 * r, blk, 2);           // d
-        std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // dmin
-        uint8_t sc[8], mn[8];
-        ScalesMinsK4(blk + 4, sc, mn);
-        for (int sb = 0; sb < 8; ++sb) {
-          o[32 + 8 * sb + r] = sc[sb];
-          o[96 + 16 * (sb / 2) + 2 * r + sb % 2] = mn[sb];
+        const uint8_t* blk = blocks + (static_cast<size_t>(g) * 8 + r) * row_bytes + in_block * b;
+        if (t == QuantType::kQ4_K) {
+          std::memcpy(o + 2 * r, blk, 2);                // d
+          std::memcpy(o + kX8Dmin + 2 * r, blk + 2, 2);  // dmin
+          uint8_t sc[8], mn[8];
+          ScalesMinsK4(blk + 4, sc, mn);
+          for (int sb = 0; sb < 8; ++sb) {
+            o[kX8Scales + 8 * sb + r] = sc[sb];
+            o[kX8Mins + 16 * (sb / 2) + 2 * r + sb % 2] = mn[sb];
+          }
+          for (int c = 0; c < 32; ++c) std::memcpy(o + kX8Qs + 32 * c + 4 * r, blk + 16 + 4 * c, 4);
+        } else {
+          std::memcpy(o + 2 * r, blk + 208, 2);  // d
+          for (int sb = 0; sb < 16; ++sb)
+            o[kQ6X8Scales + 16 * (sb / 2) + 2 * r + sb % 2] = blk[192 + sb];
+          for (int h = 0; h < 2; ++h) {
+            for (int i = 0; i < 8; ++i) {
+              uint8_t* run = o + kQ6X8Runs + 96 * (8 * h + i) + 4 * r;
+              std::memcpy(run, blk + 64 * h + 4 * i, 4);
+              std::memcpy(run + 32, blk + 64 * h + 32 + 4 * i, 4);
+              std::memcpy(run + 64, blk + 128 + 32 * h + 4 * i, 4);
+            }
+          }
         }
-        for (int c = 0; c < 32; ++c) std::memcpy(o + 160 + 32 * c + 4 * r, blk + 16 + 4 * c, 4);
       }
     }
   }
@@ -895,10 +1061,13 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
 #ifdef TINYSERVE_QUANT_X86
       if (part.rows8 != nullptr && isa != DotIsa::kPortable) {
         // Whole groups of 8 from the interleaved copy; a row outside one (the item or the segment
-        // cuts a group) through the one-row tiles. Both give DotBlocksQ4_K's bits.
-        const TileX8Fn* x8 = isa == DotIsa::kAvx512Vnni ? kTilesQ4_Kx8Vnni : kTilesQ4_Kx8;
+        // cuts a group) through the one-row tiles. Both give DotRowReference's bits.
+        const bool vnni = isa == DotIsa::kAvx512Vnni;
+        const TileX8Fn* x8 = part.type == QuantType::kQ4_K
+                                 ? (vnni ? kTilesQ4_Kx8Vnni : kTilesQ4_Kx8)
+                                 : (vnni ? kTilesQ6_Kx8Vnni : kTilesQ6_Kx8);
         const TileKernels single = TileKernelsFor(part.type, isa);
-        const size_t group_bytes = Q4_KRows8Bytes(8, k);
+        const size_t group_bytes = Rows8Bytes(part.type, 8, k);
         while (j < seg_end) {
           const bool group = local % 8 == 0 && seg_end - j >= 8;
           const uint8_t* g = part.rows8 + group_bytes * (local / 8);

@@ -24,8 +24,8 @@ struct QuantMatrixPart {
   QuantType type = QuantType::kQ8_0;
   const uint8_t* blocks = nullptr;  // [rows, QuantRowBytes(type, cols)]
   int32_t rows = 0;
-  // Optional, Q4_K parts only: the same rows interleaved 8 at a time (RepackQ4_KRows8), which the
-  // AVX2 and VNNI kernels read instead of `blocks` (same bits; the portable path and the
+  // Optional, Q4_K and Q6_K parts only: the same rows interleaved 8 at a time (RepackRows8), which
+  // the AVX2 and VNNI kernels read instead of `blocks` (same bits; the portable path and the
   // embedding read `blocks`).
   const uint8_t* rows8 = nullptr;
 };
@@ -42,16 +42,18 @@ struct QuantMatrix {
 // Runs fn(i) for i in [0, n), possibly in parallel; returns when all are done.
 using ParallelForFn = std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
 
-// Q4_K rows interleaved in groups of 8, llama.cpp's idea (its block_q4_Kx8) in a layout of our
-// own (quant_gemm.cc): each super-block of 8 rows is kQ4_KRows8BlockBytes bytes (8 x 144 + 32, the
-// scales and mins unpacked to bytes), the groups' super-blocks in order. One vector load then
-// holds four elements of each of the 8 rows, and a row's sums stay in its own lane, so a batch of
-// one needs no horizontal sums.
-constexpr int32_t kQ4_KRows8BlockBytes = 1184;
-// Bytes of the interleaved copy of `rows` Q4_K rows of `cols`. REQUIRES: rows % 8 == 0.
-size_t Q4_KRows8Bytes(int32_t rows, int32_t cols);
-// Writes that copy of blocks [rows, QuantRowBytes(kQ4_K, cols)] to out.
-void RepackQ4_KRows8(const uint8_t* blocks, int32_t rows, int32_t cols, uint8_t* out);
+// Q4_K and Q6_K rows interleaved in groups of 8, llama.cpp's idea (its block_q4_Kx8) in layouts
+// of our own (quant_gemm.cc): each super-block of 8 rows is one run of bytes (Q4_K: 1184 = 8 x 144
+// + 32, the scales and mins unpacked to bytes; Q6_K: 1680 = 8 x 210), the groups' super-blocks in
+// order. One vector load then holds four consecutive bytes of each of the 8 rows, and a row's sums
+// stay in its own lane, so a batch of one needs no horizontal sums.
+// Whether RepackRows8 knows type t (Q4_K, Q6_K).
+bool HasRows8Layout(QuantType t);
+// Bytes of the interleaved copy of `rows` rows of `cols` of type t. REQUIRES: HasRows8Layout(t),
+// rows % 8 == 0.
+size_t Rows8Bytes(QuantType t, int32_t rows, int32_t cols);
+// Writes that copy of blocks [rows, QuantRowBytes(t, cols)] to out.
+void RepackRows8(QuantType t, const uint8_t* blocks, int32_t rows, int32_t cols, uint8_t* out);
 
 // y [m, w.rows] = x [m, w.cols] * w^T.
 void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,

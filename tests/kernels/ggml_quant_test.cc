@@ -279,8 +279,9 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
   const Fused cases[] = {{{QuantType::kQ8_0}, {37}},
                          {{QuantType::kQ4_0}, {20}},
                          {{QuantType::kQ4_K, QuantType::kQ4_K, QuantType::kQ6_K}, {16, 8, 9}},
-                         // Interleaved Q4_K groups that start at row 9 of the matrix.
+                         // Interleaved groups that start at row 9 of the matrix.
                          {{QuantType::kQ6_K, QuantType::kQ4_K}, {9, 24}},
+                         {{QuantType::kQ4_K, QuantType::kQ6_K}, {9, 16}},
                          {{QuantType::kQ5_K, QuantType::kQ5_0}, {5, 17}},
                          {{QuantType::kQ4_1, QuantType::kQ5_1}, {3, 4}}};
   const std::vector<float> x = Gaussian(33 * static_cast<size_t>(k), 21);
@@ -408,67 +409,77 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
   }
 }
 
-// Q4_K rows interleaved 8 at a time (RepackQ4_KRows8) on level, scale and min bytes no quantizer
-// writes: the 8-row kernels give DotRowReference's bits for 16 rows (two groups) and batches of
-// 1..9 (partial tiles of activation rows), with k = 256 * 3. And they do read the copy: a copy of
-// other rows changes every result (on the SIMD instruction sets; the portable path reads the
-// blocks).
-TEST(GgmlQuantTest, InterleavedQ4_KRowsGiveTheReferenceBits) {
+// Q4_K and Q6_K rows interleaved 8 at a time (RepackRows8) on level, scale and min bytes no
+// quantizer writes: the 8-row kernels give DotRowReference's bits for 16 rows (two groups) and
+// batches of 1..9 (partial tiles of activation rows), with k = 256 * 3. And they do read the copy:
+// a copy of other rows changes every result (on the SIMD instruction sets; the portable path
+// reads the blocks).
+TEST(GgmlQuantTest, InterleavedRowsGiveTheReferenceBits) {
   const int32_t k = 768, n = 16, max_m = 9;
-  const QuantType t = QuantType::kQ4_K;
-  const size_t row_bytes = QuantRowBytes(t, k);
   const std::vector<float> x = Gaussian(static_cast<size_t>(max_m) * k, 41, 4.0f);
-  std::vector<uint8_t> w(row_bytes * n), other(row_bytes * n);
-  for (std::vector<uint8_t>* blocks : {&w, &other}) {
-    for (int32_t r = 0; r < n; ++r) {
-      QuantizeRowReference(t, Gaussian(k, 50 + r + (blocks == &w ? 0 : 100)).data(), k,
-                           blocks->data() + row_bytes * r);
+  for (QuantType t : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+    ASSERT_TRUE(HasRows8Layout(t));
+    const size_t row_bytes = QuantRowBytes(t, k), block_bytes = QuantBlockBytes(t);
+    std::vector<uint8_t> w(row_bytes * n), other(row_bytes * n);
+    for (std::vector<uint8_t>* blocks : {&w, &other}) {
+      for (int32_t r = 0; r < n; ++r) {
+        QuantizeRowReference(t, Gaussian(k, 50 + r + (blocks == &w ? 0 : 100)).data(), k,
+                             blocks->data() + row_bytes * r);
+      }
     }
-  }
-  std::mt19937 rng(19);
-  for (size_t off = 0; off < w.size(); ++off) {
-    if (off % 144 >= 4) w[off] = static_cast<uint8_t>(rng());  // d and dmin stay finite
-  }
-  ASSERT_EQ(Q4_KRows8Bytes(n, k), static_cast<size_t>(n / 8) * (k / 256) * 1184);
-  std::vector<uint8_t> rows8(Q4_KRows8Bytes(n, k)), other8(Q4_KRows8Bytes(n, k));
-  RepackQ4_KRows8(w.data(), n, k, rows8.data());
-  RepackQ4_KRows8(other.data(), n, k, other8.data());
-  QuantMatrix qm;
-  qm.rows = n;
-  qm.cols = k;
-  qm.num_parts = 1;
-  qm.parts[0] = {t, w.data(), n, rows8.data()};
-  std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
-  uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
-  std::vector<float> want(static_cast<size_t>(max_m) * n);
-  for (int32_t i = 0; i < max_m; ++i) {
-    const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
-    for (int32_t j = 0; j < n; ++j)
-      want[static_cast<size_t>(i) * n + j] = DotRowReference(t, w.data() + row_bytes * j, xr);
-  }
-  const ParallelForFn serial = [](int64_t count, const std::function<void(int64_t)>& fn) {
-    for (int64_t i = 0; i < count; ++i) fn(i);
-  };
-  for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
-    if (!SetQuantDotIsaForTesting(isa)) {
-      std::printf("[ skipped  ] %s: not on this CPU\n", isa);
-      continue;
+    // Every byte random but the f16 scales (Q4_K's d and dmin at 0-3, Q6_K's d at 208-209); a
+    // Q6_K sub-block scale of -128 and a Q4_K scale byte with both high bits set.
+    const size_t f16_begin = t == QuantType::kQ6_K ? 208 : 0;
+    const size_t f16_end = t == QuantType::kQ6_K ? 210 : 4;
+    std::mt19937 rng(19);
+    for (size_t off = 0; off < w.size(); ++off) {
+      const size_t in_block = off % block_bytes;
+      if (in_block < f16_begin || in_block >= f16_end) w[off] = static_cast<uint8_t>(rng());
     }
-    for (int32_t m = 1; m <= max_m; ++m) {
-      std::vector<float> y(static_cast<size_t>(m) * n);
-      QuantLinear(x.data(), qm, m, y.data(), serial);
-      for (size_t e = 0; e < y.size(); ++e)
-        ASSERT_EQ(y[e], want[e]) << isa << " m " << m << " e " << e;
+    w[t == QuantType::kQ6_K ? 192 : 4] = 0x80;
+    ASSERT_EQ(Rows8Bytes(t, n, k),
+              (n / 8) * (k / 256) * (8 * block_bytes + (t == QuantType::kQ4_K ? 32 : 0)));
+    std::vector<uint8_t> rows8(Rows8Bytes(t, n, k)), other8(Rows8Bytes(t, n, k));
+    RepackRows8(t, w.data(), n, k, rows8.data());
+    RepackRows8(t, other.data(), n, k, other8.data());
+    QuantMatrix qm;
+    qm.rows = n;
+    qm.cols = k;
+    qm.num_parts = 1;
+    qm.parts[0] = {t, w.data(), n, rows8.data()};
+    std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
+    uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+    std::vector<float> want(static_cast<size_t>(max_m) * n);
+    for (int32_t i = 0; i < max_m; ++i) {
+      const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
+      for (int32_t j = 0; j < n; ++j)
+        want[static_cast<size_t>(i) * n + j] = DotRowReference(t, w.data() + row_bytes * j, xr);
     }
-    if (std::string(isa) != "portable") {
-      QuantMatrix swapped = qm;
-      swapped.parts[0].rows8 = other8.data();
-      std::vector<float> y(n);
-      QuantLinear(x.data(), swapped, 1, y.data(), serial);
-      for (int32_t j = 0; j < n; ++j) EXPECT_NE(y[j], want[j]) << isa << " row " << j;
+    const ParallelForFn serial = [](int64_t count, const std::function<void(int64_t)>& fn) {
+      for (int64_t i = 0; i < count; ++i) fn(i);
+    };
+    for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
+      if (!SetQuantDotIsaForTesting(isa)) {
+        std::printf("[ skipped  ] %s: not on this CPU\n", isa);
+        continue;
+      }
+      for (int32_t m = 1; m <= max_m; ++m) {
+        std::vector<float> y(static_cast<size_t>(m) * n);
+        QuantLinear(x.data(), qm, m, y.data(), serial);
+        for (size_t e = 0; e < y.size(); ++e)
+          ASSERT_EQ(y[e], want[e]) << QuantTypeName(t) << " " << isa << " m " << m << " e " << e;
+      }
+      if (std::string(isa) != "portable") {
+        QuantMatrix swapped = qm;
+        swapped.parts[0].rows8 = other8.data();
+        std::vector<float> y(n);
+        QuantLinear(x.data(), swapped, 1, y.data(), serial);
+        for (int32_t j = 0; j < n; ++j)
+          EXPECT_NE(y[j], want[j]) << QuantTypeName(t) << " " << isa << " row " << j;
+      }
     }
+    ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
   }
-  ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
 }
 
 // The default UploadQuantMatrix (what device backends get) stores the dequantized fp32 matrix.
