@@ -718,25 +718,18 @@ float CombineDots(QuantType t, const uint8_t* w, const Q8Row& x, const int32_t* 
   return acc;
 }
 
-float ReduceLanes(const float* a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
 namespace {
 
-// Q8_0 in lane order: lane l of block b holds the exact int sum of elements 4l..4l+3, turned to
-// float and fused-multiply-added into accumulator l with scale d_w * d_x.
-float DotLanesQ8_0(const uint8_t* w, const Q8Row& x) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// Q8_0 per block b: the exact integer dot of its 32 weights with the activations, then acc =
+// fma(float(dot), d_w * d_x, acc), one chain in block order.
+float DotBlocksQ8_0(const uint8_t* w, const Q8Row& x) {
+  float acc = 0.0f;
   for (int64_t b = 0; b < x.k / 32; ++b, w += 34) {
-    const float s = LoadHalf(w) * x.d[b];
-    for (int l = 0; l < 8; ++l) {
-      int32_t p = 0;
-      for (int e = 4 * l; e < 4 * l + 4; ++e) p += static_cast<int8_t>(w[2 + e]) * x.qs[32 * b + e];
-      acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
-    }
+    int32_t dot = 0;
+    for (int e = 0; e < 32; ++e) dot += static_cast<int8_t>(w[2 + e]) * x.qs[32 * b + e];
+    acc = std::fma(static_cast<float>(dot), LoadHalf(w) * x.d[b], acc);
   }
-  return ReduceLanes(acc);
+  return acc;
 }
 
 // Q4_K per super-block b: the exact integers I = sum over sub-blocks s of sc[s] * (the int dot of
@@ -767,7 +760,7 @@ float DotBlocksQ4_K(const uint8_t* w, const Q8Row& x) {
 }  // namespace
 
 float DotRowReference(QuantType t, const uint8_t* w, const Q8Row& x) {
-  if (t == QuantType::kQ8_0) return DotLanesQ8_0(w, x);
+  if (t == QuantType::kQ8_0) return DotBlocksQ8_0(w, x);
   if (t == QuantType::kQ4_K) return DotBlocksQ4_K(w, x);
   std::vector<int32_t> dots(static_cast<size_t>(NumSubBlocks(t, x.k)));
   SubBlockDotsReference(t, w, x.qs, x.k, dots.data());

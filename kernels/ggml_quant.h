@@ -91,16 +91,13 @@ Q8Row QuantizeActivations(QuantType t, const float* x, int64_t k, void* storage)
 
 // The dot product of one weight row (k weights of type t at `w`) with quantized activations.
 // The scalar definition; its order depends on nothing but k, so every kernel that keeps it gives
-// the same bits. Q8_0 (the SIMD-friendly order): eight fp32 lane accumulators; per block lane l
-// gets fma(float(exact int sum of elements 4l..4l+3), d_w * d_x, acc[l]); the lanes are summed as
-// ReduceLanes says. Q4_K: per super-block the exact integers I = sum(sc * dot) and M = sum(m *
-// xsum) over its sub-blocks, then acc = fma(float(I), d * d_x, acc) and mins = fma(float(M),
-// dmin * d_x, mins) in block order; the result is acc - mins. The other types: per block an exact
-// integer dot product per sub-block, then CombineDots.
+// the same bits. Q8_0: per block acc = fma(float(exact int dot), d_w * d_x, acc), in block
+// order. Q4_K: per super-block the exact integers I = sum(sc * dot) and M = sum(m * xsum) over its
+// sub-blocks, then acc = fma(float(I), d * d_x, acc) and mins = fma(float(M), dmin * d_x, mins)
+// in block order; the result is acc - mins. (One integer per block is what lets kernels that
+// hold 8 weight rows in a vector's lanes and kernels that hold one row give the same bits.) The
+// other types: per block an exact integer dot product per sub-block, then CombineDots.
 float DotRowReference(QuantType t, const uint8_t* w, const Q8Row& x);
-// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): what an 8-lane vector's horizontal sum
-// (high half onto low, then pairs) gives.
-float ReduceLanes(const float* a);
 
 // The two halves of every dot-product kernel. Sub-blocks are 16 weights for Q6_K, 32 otherwise.
 int32_t NumSubBlocks(QuantType t, int64_t k);

@@ -39,7 +39,8 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
 }
 
 // sum of a[i] * b[i] over i < n in a fixed order that depends on n only: eight lane sums (lane l
-// takes i = l, l + 8, ... in order; a product, then an add), combined as ReduceLanes does, then
+// takes i = l, l + 8, ... in order; a product, then an add), combined as an 8-lane vector's
+// horizontal sum does, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
 // the tail i >= n - n % 8 in order. Eight independent chains instead of one: attention's q.k
 // was latency-bound on one (34% of a batch-32 decode step).
 float LaneDot(const float* a, const float* b, int32_t n) {
@@ -125,11 +126,11 @@ class CpuBackend final : public Backend {
     return {p, DType::kFloat32, WeightLayout::kPanel16, rows, cols};
   }
 
-  // Quantized weights stay where they are (a mapped GGUF file) and are read there, except Q4_K
-  // and Q6_K parts of whole groups of 8 rows, which the SIMD kernels read from an interleaved
-  // copy made here (RepackRows8: Q4_K 2.8% larger than its blocks, Q6_K the same size; the
-  // original stays for the embedding and the portable path). One allocation holds the header and
-  // the copies.
+  // Quantized weights stay where they are (a mapped GGUF file) and are read there, except Q8_0,
+  // Q4_K and Q6_K parts of whole groups of 8 rows, which the SIMD kernels read from an
+  // interleaved copy made here (RepackRows8: Q4_K 2.8% larger than its blocks, the others the
+  // same size; the original stays for the embedding and the portable path). One allocation holds
+  // the header and the copies.
   WeightRef UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols) override {
     if (num_parts < 1 || num_parts > QuantMatrix::kMaxParts) return {};
     auto interleaved = [&](int32_t p) {

@@ -57,6 +57,9 @@ constexpr size_t kQ4_KRows8BlockBytes = 1184;
 //                each)
 constexpr int kQ6X8Scales = 16, kQ6X8Runs = 144;
 constexpr size_t kQ6_KRows8BlockBytes = 1680;
+// Q8_0 (kQ8_0Rows8BlockBytes = 272 bytes = 8 x 34): [0, 16) the 8 rows' d (f16); [16, 272) 8
+// chunks of 32 bytes: chunk i holds, at 4 r, row r's qs[4 i .. 4 i + 3] (signed, as in the file).
+constexpr size_t kQ8_0Rows8BlockBytes = 272;
 
 #ifdef TINYSERVE_QUANT_X86
 __attribute__((target("avx2"))) inline int32_t Hsum128(__m128i v) {
@@ -169,17 +172,18 @@ __attribute__((target("avx2,f16c"))) inline float Half(const uint8_t* p) {
   return _cvtsh_ss(h);  // exact, as HalfToFloat
 }
 
+// fma(a, b, c) rounded once, as std::fma (the DotBlocks* steps of ggml_quant.cc).
+__attribute__((target("avx2,fma"))) inline float Fma(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
 // The fused kernels: a tile of R weight rows (w[0..R)) against C activation rows (x[0..C)),
 // out[c * R + r] = the dot of weight row r and activation row c. Each block is loaded once for
 // the tile, and the R x C accumulator chains are independent, so at batch 1 (C = 1) the R weight
 // rows stream side by side instead of one latency-bound chain at a time. Every output element is
-// DotRowReference's lane order (this file is compiled with -ffp-contract=off: the only fused
-// multiply-adds are the explicit ones), so any tile shape gives its bits.
-__attribute__((target("avx2,fma"))) inline float HsumLanes(__m256 v) {
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // (a0+a4)+(a2+a6), (a1+a5)+(a3+a7)
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
+// DotRowReference's order (this file is compiled with -ffp-contract=off: the only fused
+// multiply-adds are the explicit ones), so any tile shape gives its bits. (Rows in whole groups
+// of 8 run the interleaved kernels further down instead.)
 
 // The largest tile (R weight rows x C activation rows) each kernel is instantiated for (AVX2 has
 // 16 vector registers, the VNNI kernels' EVEX encoding 32), measured on an AMD EPYC (Zen 4, 2
@@ -194,9 +198,9 @@ template <int R, int C>
 __attribute__((target("avx2,fma,f16c"))) void TileQ8_0(const uint8_t* const* w, const Q8Row* x,
                                                        const int32_t* const* /*negsum*/, int64_t k,
                                                        float* out) {
-  __m256 acc[R][C];
+  float acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256i wv[R], aw[R];
@@ -213,12 +217,12 @@ __attribute__((target("avx2,fma,f16c"))) void TileQ8_0(const uint8_t* const* w, 
       for (int r = 0; r < R; ++r) {
         const __m256i p =
             _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wv[r])), ones);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][c]);
+        acc[r][c] = Fma(static_cast<float>(Hsum256(p)), dw[r] * dx, acc[r][c]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]);
+    for (int c = 0; c < C; ++c) out[c * R + r] = acc[r][c];
 }
 
 // AVX-512 VNNI on 256-bit vectors (AVX512VL): vpdpbusd (four u8 x s8 products into each int32
@@ -246,9 +250,9 @@ template <int R, int C>
 __attribute__((target(TINYSERVE_VNNI))) void TileQ8_0Vnni(const uint8_t* const* w, const Q8Row* x,
                                                           const int32_t* const* negsum, int64_t k,
                                                           float* out) {
-  __m256 acc[R][C];
+  float acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256i wu[R];
@@ -265,12 +269,12 @@ __attribute__((target(TINYSERVE_VNNI))) void TileQ8_0Vnni(const uint8_t* const* 
       const float dx = x[c].d[b];
       for (int r = 0; r < R; ++r) {
         const __m256i p = _mm256_dpbusd_epi32(ns, wu[r], xv);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][c]);
+        acc[r][c] = Fma(static_cast<float>(Hsum256(p)), dw[r] * dx, acc[r][c]);
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) out[c * R + r] = HsumLanes(acc[r][c]);
+    for (int c = 0; c < C; ++c) out[c * R + r] = acc[r][c];
 }
 
 // The 8 mins as 16 int16 lanes, each twice ([m0, m0, m1, m1, ...]), to pair with Q8_K's 16 sums.
@@ -308,11 +312,6 @@ __attribute__((target("avx2"))) inline __m256i NibblesQ4_K(const BlockQ4_K& q, i
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs + 32 * (s / 2)));
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   return _mm256_and_si256(s % 2 == 0 ? v : _mm256_srli_epi16(v, 4), m4);
-}
-
-// fma(a, b, c) rounded once, as std::fma (DotBlocksQ4_K's steps).
-__attribute__((target("avx2,fma"))) inline float Fma(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
 // The fp32 half of a Q4_K block for one activation row (DotBlocksQ4_K): the block's scaled dots
@@ -759,6 +758,62 @@ __attribute__((target(TINYSERVE_VNNI))) void TileQ6_Kx8Vnni(const uint8_t* g, co
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
 }
 
+// 8 interleaved Q8_0 rows against C activation rows: out[c * 8 + r]. AVX2: the signed bytes as
+// |w| * (x * sign(w)) pairs (at most 2 * 128 * 127), madd with ones into the rows' lanes.
+template <int C>
+__attribute__((target("avx2,fma,f16c"))) void TileQ8_0x8(const uint8_t* g, const Q8Row* x,
+                                                         int64_t k, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = g + kQ8_0Rows8BlockBytes * b;
+    __m256i dot[C];
+    for (int c = 0; c < C; ++c) dot[c] = _mm256_setzero_si256();
+    for (int i = 0; i < 8; ++i) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * i));
+      const __m256i aw = _mm256_sign_epi8(wv, wv);
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv = _mm256_sign_epi8(Broadcast4(x[c].qs + 32 * b + 4 * i), wv);
+        dot[c] = _mm256_add_epi32(dot[c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
+      }
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    for (int c = 0; c < C; ++c) {
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c]),
+                               _mm256_mul_ps(d, _mm256_set1_ps(x[c].d[b])), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+
+// TileQ8_0x8 with vpdpbusd on the weights offset to unsigned (w + 128), each row's lane started
+// at -128 * (the block's activation sum), so the lanes hold the signed dots.
+template <int C>
+__attribute__((target(TINYSERVE_VNNI))) void TileQ8_0x8Vnni(const uint8_t* g, const Q8Row* x,
+                                                            int64_t k, float* out) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = g + kQ8_0Rows8BlockBytes * b;
+    __m256i dot[C];
+    for (int c = 0; c < C; ++c) dot[c] = _mm256_set1_epi32(-128 * int32_t{x[c].sums[b]});
+    for (int i = 0; i < 8; ++i) {
+      const __m256i wu = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * i)), flip);
+      for (int c = 0; c < C; ++c)
+        dot[c] = _mm256_dpbusd_epi32(dot[c], wu, Broadcast4(x[c].qs + 32 * b + 4 * i));
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    for (int c = 0; c < C; ++c) {
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[c]),
+                               _mm256_mul_ps(d, _mm256_set1_ps(x[c].d[b])), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+
 using TileX8Fn = void (*)(const uint8_t* g, const Q8Row* x, int64_t k, float* out);
 constexpr int kMaxX8Cols = 4;
 constexpr TileX8Fn kTilesQ4_Kx8[kMaxX8Cols] = {&TileQ4_Kx8<1>, &TileQ4_Kx8<2>, &TileQ4_Kx8<3>,
@@ -769,6 +824,10 @@ constexpr TileX8Fn kTilesQ6_Kx8[kMaxX8Cols] = {&TileQ6_Kx8<1>, &TileQ6_Kx8<2>, &
                                                &TileQ6_Kx8<4>};
 constexpr TileX8Fn kTilesQ6_Kx8Vnni[kMaxX8Cols] = {&TileQ6_Kx8Vnni<1>, &TileQ6_Kx8Vnni<2>,
                                                    &TileQ6_Kx8Vnni<3>, &TileQ6_Kx8Vnni<4>};
+constexpr TileX8Fn kTilesQ8_0x8[kMaxX8Cols] = {&TileQ8_0x8<1>, &TileQ8_0x8<2>, &TileQ8_0x8<3>,
+                                               &TileQ8_0x8<4>};
+constexpr TileX8Fn kTilesQ8_0x8Vnni[kMaxX8Cols] = {&TileQ8_0x8Vnni<1>, &TileQ8_0x8Vnni<2>,
+                                                   &TileQ8_0x8Vnni<3>, &TileQ8_0x8Vnni<4>};
 
 // A tile kernel: TileQ8_0<R, C> and the others' signature.
 using TileFn = void (*)(const uint8_t* const* w, const Q8Row* x, const int32_t* const* negsum,
@@ -892,23 +951,30 @@ int32_t PartOfRow(const QuantMatrix& w, int32_t j, int32_t* local) {
 
 }  // namespace
 
-bool HasRows8Layout(QuantType t) { return t == QuantType::kQ4_K || t == QuantType::kQ6_K; }
+bool HasRows8Layout(QuantType t) {
+  return t == QuantType::kQ8_0 || t == QuantType::kQ4_K || t == QuantType::kQ6_K;
+}
 
 size_t Rows8Bytes(QuantType t, int32_t rows, int32_t cols) {
-  const size_t block = t == QuantType::kQ4_K ? kQ4_KRows8BlockBytes : kQ6_KRows8BlockBytes;
-  return static_cast<size_t>(rows / 8) * static_cast<size_t>(cols / 256) * block;
+  const size_t block = t == QuantType::kQ8_0   ? kQ8_0Rows8BlockBytes
+                       : t == QuantType::kQ4_K ? kQ4_KRows8BlockBytes
+                                               : kQ6_KRows8BlockBytes;
+  return static_cast<size_t>(rows / 8) * static_cast<size_t>(cols / QuantBlockElements(t)) * block;
 }
 
 void RepackRows8(QuantType t, const uint8_t* blocks, int32_t rows, int32_t cols, uint8_t* out) {
-  const int64_t nb = cols / 256;
+  const int64_t nb = cols / QuantBlockElements(t);
   const size_t row_bytes = QuantRowBytes(t, cols), in_block = QuantBlockBytes(t);
-  const size_t out_block = Rows8Bytes(t, 8, 256);
+  const size_t out_block = Rows8Bytes(t, 8, QuantBlockElements(t));
   for (int32_t g = 0; g < rows / 8; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* o = out + (static_cast<size_t>(g) * nb + b) * out_block;
       for (int r = 0; r < 8; ++r) {
         const uint8_t* blk = blocks + (static_cast<size_t>(g) * 8 + r) * row_bytes + in_block * b;
-        if (t == QuantType::kQ4_K) {
+        if (t == QuantType::kQ8_0) {
+          std::memcpy(o + 2 * r, blk, 2);  // d
+          for (int c = 0; c < 8; ++c) std::memcpy(o + 16 + 32 * c + 4 * r, blk + 2 + 4 * c, 4);
+        } else if (t == QuantType::kQ4_K) {
           std::memcpy(o + 2 * r, blk, 2);                // d
           std::memcpy(o + kX8Dmin + 2 * r, blk + 2, 2);  // dmin
           uint8_t sc[8], mn[8];
@@ -1063,9 +1129,11 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
         // Whole groups of 8 from the interleaved copy; a row outside one (the item or the segment
         // cuts a group) through the one-row tiles. Both give DotRowReference's bits.
         const bool vnni = isa == DotIsa::kAvx512Vnni;
-        const TileX8Fn* x8 = part.type == QuantType::kQ4_K
-                                 ? (vnni ? kTilesQ4_Kx8Vnni : kTilesQ4_Kx8)
-                                 : (vnni ? kTilesQ6_Kx8Vnni : kTilesQ6_Kx8);
+        const TileX8Fn* x8 =
+            part.type == QuantType::kQ8_0   ? (vnni ? kTilesQ8_0x8Vnni : kTilesQ8_0x8)
+            : part.type == QuantType::kQ4_K ? (vnni ? kTilesQ4_Kx8Vnni : kTilesQ4_Kx8)
+                                            : (vnni ? kTilesQ6_Kx8Vnni : kTilesQ6_Kx8);
+        const int32_t* const* ns = k_quant || negsum.empty() ? nullptr : negsum.data();
         const TileKernels single = TileKernelsFor(part.type, isa);
         const size_t group_bytes = Rows8Bytes(part.type, 8, k);
         while (j < seg_end) {
@@ -1083,7 +1151,7 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
               const int c1 = std::min(c, single.max_cols);
               for (int i1 = 0; i1 < c; i1 += c1) {
                 const int cc = std::min(c1, c - i1);
-                single.at(1, cc)(&row, &xr[i + i1], nullptr, k, out);
+                single.at(1, cc)(&row, &xr[i + i1], ns == nullptr ? nullptr : ns + i + i1, k, out);
                 for (int v = 0; v < cc; ++v) y[static_cast<size_t>(i + i1 + v) * n + j] = out[v];
               }
             }
@@ -1100,8 +1168,10 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
         const TileKernels kernels = TileKernelsFor(part.type, isa);
         const int32_t tile_rows = m >= kRowTileMinBatch ? kernels.max_rows : 1;
         const int32_t* const* ns = k_quant || negsum.empty() ? nullptr : negsum.data();
-        for (; j < seg_end; j += tile_rows, wrow += wrow_bytes * tile_rows) {
-          const int r = std::min<int32_t>(tile_rows, seg_end - j);
+        // (The last tile of a segment may be partial: j moves by the rows it held, so a part
+        // that follows starts where this one ends.)
+        for (int r = 0; j < seg_end; j += r, wrow += wrow_bytes * r) {
+          r = std::min<int32_t>(tile_rows, seg_end - j);
           const uint8_t* tile_w[kMaxTileRows];
           for (int u = 0; u < r; ++u) tile_w[u] = wrow + wrow_bytes * u;
           float out[kMaxTileRows * kMaxTileCols];

@@ -24,8 +24,8 @@ struct QuantMatrixPart {
   QuantType type = QuantType::kQ8_0;
   const uint8_t* blocks = nullptr;  // [rows, QuantRowBytes(type, cols)]
   int32_t rows = 0;
-  // Optional, Q4_K and Q6_K parts only: the same rows interleaved 8 at a time (RepackRows8), which
-  // the AVX2 and VNNI kernels read instead of `blocks` (same bits; the portable path and the
+  // Optional, Q8_0, Q4_K and Q6_K parts only: the same rows interleaved 8 at a time (RepackRows8),
+  // which the AVX2 and VNNI kernels read instead of `blocks` (same bits; the portable path and the
   // embedding read `blocks`).
   const uint8_t* rows8 = nullptr;
 };
@@ -42,12 +42,12 @@ struct QuantMatrix {
 // Runs fn(i) for i in [0, n), possibly in parallel; returns when all are done.
 using ParallelForFn = std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
 
-// Q4_K and Q6_K rows interleaved in groups of 8, llama.cpp's idea (its block_q4_Kx8) in layouts
-// of our own (quant_gemm.cc): each super-block of 8 rows is one run of bytes (Q4_K: 1184 = 8 x 144
-// + 32, the scales and mins unpacked to bytes; Q6_K: 1680 = 8 x 210), the groups' super-blocks in
-// order. One vector load then holds four consecutive bytes of each of the 8 rows, and a row's sums
-// stay in its own lane, so a batch of one needs no horizontal sums.
-// Whether RepackRows8 knows type t (Q4_K, Q6_K).
+// Q8_0, Q4_K and Q6_K rows interleaved in groups of 8, llama.cpp's idea (its block_q4_Kx8) in
+// layouts of our own (quant_gemm.cc): each block of 8 rows is one run of bytes (Q8_0: 272 = 8 x 34;
+// Q4_K: 1184 = 8 x 144 + 32, the scales and mins unpacked to bytes; Q6_K: 1680 = 8 x 210), the
+// groups' blocks in order. One vector load then holds four consecutive bytes of each of the 8
+// rows, and a row's sums stay in its own lane, so no kernel needs a horizontal sum.
+// Whether RepackRows8 knows type t (Q8_0, Q4_K, Q6_K).
 bool HasRows8Layout(QuantType t);
 // Bytes of the interleaved copy of `rows` rows of `cols` of type t. REQUIRES: HasRows8Layout(t),
 // rows % 8 == 0.

@@ -5,9 +5,8 @@
 // - activations are quantized per row exactly as QuantizeActivations does (Q8_0 blocks for the
 //   legacy types, Q8_K for the K-quants; every division and product rounded alone, the amax a
 //   max, ties to the first index for Q8_K, f16 scales rounded to nearest even);
-// - y[i, j] = DotRowReference(w row j, q8(x row i)): Q8_0 in its lane order (8 fp32
-//   accumulators, lane l owning elements 4l..4l+3 of every block, one fmaf per block, summed as
-//   ReduceLanes), Q4_K as one exact integer per super-block for the scaled dots and one for the
+// - y[i, j] = DotRowReference(w row j, q8(x row i)): Q8_0 as one exact integer per block fmaf'd
+//   into one chain, Q4_K as one exact integer per super-block for the scaled dots and one for the
 //   mins, each fmaf'd into its own chain, the other types as SubBlockDots (exact integer sums,
 //   dp4a) then CombineDots (one fp32 chain in block order);
 // - dequantized rows (the embedding, and the bf16 tiles below) as DequantizeRow.
@@ -173,14 +172,6 @@ __device__ __forceinline__ int GroupSum(int v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1, 8);
   return v;
 }
-// ReduceLanes over the group's 8 lane accumulators: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 +
-// a7)), in lane 0 (and, by commutativity, the same bits in every lane).
-__device__ __forceinline__ float GroupReduceLanes(float a) {
-  a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4, 8));
-  a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 2, 8));
-  return __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 1, 8));
-}
-
 __device__ __forceinline__ int LoadInt(const int8_t* p) { return *reinterpret_cast<const int*>(p); }
 
 // One output element's DotRowReference, computed by the 8 lanes of a group (lane = 0..7).
@@ -194,10 +185,11 @@ __device__ float GroupDot(const uint8_t* w, Q8Activations x, int64_t row, int64_
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = w + b * F::kBytes;
-      const int p = __dp4a(Levels4<T>(blk, 4 * lane), LoadInt(xq + 32 * b + 4 * lane), 0);
-      acc = __fmaf_rn(static_cast<float>(p), __fmul_rn(LoadHalf(blk), xd[b]), acc);
+      const int dot =
+          GroupSum(__dp4a(Levels4<T>(blk, 4 * lane), LoadInt(xq + 32 * b + 4 * lane), 0));
+      acc = __fmaf_rn(static_cast<float>(dot), __fmul_rn(LoadHalf(blk), xd[b]), acc);
     }
-    return GroupReduceLanes(acc);
+    return acc;
   } else if constexpr (T == kQ4_0 || T == kQ5_0 || T == kQ4_1 || T == kQ5_1) {
     const float* xd = x.d + row * nb;
     const float* xs = x.s + row * nb;

@@ -277,6 +277,7 @@ TEST(GgmlQuantTest, LinearIsBatchInvariantAndMatchesTheReference) {
     std::vector<int32_t> rows;
   };
   const Fused cases[] = {{{QuantType::kQ8_0}, {37}},
+                         {{QuantType::kQ8_0, QuantType::kQ8_0}, {3, 16}},
                          {{QuantType::kQ4_0}, {20}},
                          {{QuantType::kQ4_K, QuantType::kQ4_K, QuantType::kQ6_K}, {16, 8, 9}},
                          // Interleaved groups that start at row 9 of the matrix.
@@ -409,7 +410,7 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
   }
 }
 
-// Q4_K and Q6_K rows interleaved 8 at a time (RepackRows8) on level, scale and min bytes no
+// Q8_0, Q4_K and Q6_K rows interleaved 8 at a time (RepackRows8) on level, scale and min bytes no
 // quantizer writes: the 8-row kernels give DotRowReference's bits for 16 rows (two groups) and
 // batches of 1..9 (partial tiles of activation rows), with k = 256 * 3. And they do read the copy:
 // a copy of other rows changes every result (on the SIMD instruction sets; the portable path
@@ -417,7 +418,7 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
 TEST(GgmlQuantTest, InterleavedRowsGiveTheReferenceBits) {
   const int32_t k = 768, n = 16, max_m = 9;
   const std::vector<float> x = Gaussian(static_cast<size_t>(max_m) * k, 41, 4.0f);
-  for (QuantType t : {QuantType::kQ4_K, QuantType::kQ6_K}) {
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
     ASSERT_TRUE(HasRows8Layout(t));
     const size_t row_bytes = QuantRowBytes(t, k), block_bytes = QuantBlockBytes(t);
     std::vector<uint8_t> w(row_bytes * n), other(row_bytes * n);
@@ -427,18 +428,19 @@ TEST(GgmlQuantTest, InterleavedRowsGiveTheReferenceBits) {
                              blocks->data() + row_bytes * r);
       }
     }
-    // Every byte random but the f16 scales (Q4_K's d and dmin at 0-3, Q6_K's d at 208-209); a
-    // Q6_K sub-block scale of -128 and a Q4_K scale byte with both high bits set.
+    // Every byte random but the f16 scales (Q8_0's d at 0-1, Q4_K's d and dmin at 0-3, Q6_K's d
+    // at 208-209); a Q8_0 level of -128, a Q6_K sub-block scale of -128 and a Q4_K scale byte
+    // with both high bits set.
     const size_t f16_begin = t == QuantType::kQ6_K ? 208 : 0;
-    const size_t f16_end = t == QuantType::kQ6_K ? 210 : 4;
+    const size_t f16_end = t == QuantType::kQ6_K ? 210 : t == QuantType::kQ8_0 ? 2 : 4;
     std::mt19937 rng(19);
     for (size_t off = 0; off < w.size(); ++off) {
       const size_t in_block = off % block_bytes;
       if (in_block < f16_begin || in_block >= f16_end) w[off] = static_cast<uint8_t>(rng());
     }
     w[t == QuantType::kQ6_K ? 192 : 4] = 0x80;
-    ASSERT_EQ(Rows8Bytes(t, n, k),
-              (n / 8) * (k / 256) * (8 * block_bytes + (t == QuantType::kQ4_K ? 32 : 0)));
+    ASSERT_EQ(Rows8Bytes(t, n, k), (n / 8) * (k / QuantBlockElements(t)) *
+                                       (8 * block_bytes + (t == QuantType::kQ4_K ? 32 : 0)));
     std::vector<uint8_t> rows8(Rows8Bytes(t, n, k)), other8(Rows8Bytes(t, n, k));
     RepackRows8(t, w.data(), n, k, rows8.data());
     RepackRows8(t, other.data(), n, k, other8.data());
