@@ -206,11 +206,21 @@ TEST_F(BenchServeRealServerTest, FiftyRequestsAgreeWithServerMetricsAndRenderARe
   }
   // --goodput e2el:60000: every request meets it.
   EXPECT_EQ(r["request_goodput"], r["request_throughput"]);
+  // Every statistic is filled in. A stream whose chunks the client read in one go (the server
+  // wrote several steps' tokens at once: stories260K's steps take well under a millisecond, and
+  // ctest runs other tests beside this one) has TPOT 0 and inter-token gaps of 0, so the medians
+  // of those two may be 0 (seen once in CI); their means and tails may not.
   for (const char* m : {"ttft", "tpot", "itl", "e2el"}) {
     for (const char* stat : {"mean", "median", "std", "p99"}) {
       const std::string key = std::string(stat) + "_" + m + "_ms";
       ASSERT_TRUE(r.contains(key)) << key;
-      EXPECT_GT(r[key].get<double>(), 0.0) << key;
+      const bool may_be_zero =
+          std::string(stat) == "median" && (std::string(m) == "tpot" || std::string(m) == "itl");
+      if (may_be_zero) {
+        EXPECT_GE(r[key].get<double>(), 0.0) << key;
+      } else {
+        EXPECT_GT(r[key].get<double>(), 0.0) << key;
+      }
     }
   }
   EXPECT_EQ(r["completed"], kNumRequests);
