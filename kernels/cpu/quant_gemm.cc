@@ -39,9 +39,10 @@ inline void ScalesMinsK4(const uint8_t* q, uint8_t* sc, uint8_t* mn) {
 //   [0, 16)      the 8 rows' d (f16), row r at 2 r
 //   [16, 32)     their dmin (f16)
 //   [32, 96)     sub-block scales, byte 8 s + r = row r's scale of sub-block s
-//   [96, 160)    mins in pairs of sub-blocks: byte 16 p + 2 r + h = row r's min of sub-block 2 p +
-//   h [160, 1184)  the nibbles: 32-byte chunk 8 g + i holds, at 4 r, bytes 32 g + 4 i .. + 3 of row
-//                r's qs (elements 4 i .. 4 i + 3 of sub-blocks 2 g (low) and 2 g + 1 (high))
+//   [96, 160)    mins in pairs of sub-blocks: byte 16 p + 2 r + h = row r's min of
+//                sub-block 2 p + h
+//   [160, 1184)  the nibbles: 32-byte chunk 8 g + i holds, at 4 r, bytes 32 g + 4 i .. + 3 of
+//                row r's qs (elements 4 i .. 4 i + 3 of sub-blocks 2 g (low) and 2 g + 1 (high))
 // so one vector load gives four consecutive elements of every row, each row's sums land in its
 // own 32-bit lane, and the fp32 steps of the 8 rows are one vector operation each.
 constexpr int kX8Dmin = 16, kX8Scales = 32, kX8Mins = 96, kX8Qs = 160;
@@ -1076,7 +1077,14 @@ void QuantLinear(const float* x, const QuantMatrix& w, int32_t m, float* y,
     rows[f].resize(static_cast<size_t>(m));
 #ifdef TINYSERVE_QUANT_X86
     // (A thread_local is not captured: the lambda may run on a pool thread, so it gets pointers.)
-    const bool with_negsum = f == 0 && isa == DotIsa::kAvx512Vnni;
+    // Only the row tiles read them: not needed when every Q8_0 part is interleaved from an 8-row
+    // boundary (its groups then line up with the work items, so no row of it runs alone).
+    bool row_tiles = false;
+    for (int p = 0, start = 0; p < w.num_parts; start += w.parts[p].rows, ++p) {
+      row_tiles |=
+          w.parts[p].type == QuantType::kQ8_0 && (w.parts[p].rows8 == nullptr || start % 8 != 0);
+    }
+    const bool with_negsum = f == 0 && isa == DotIsa::kAvx512Vnni && row_tiles;
     int32_t* negsum_base = nullptr;
     if (with_negsum) {
       negsum_storage.resize(static_cast<size_t>(m) * (k / 4));

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <functional>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -36,6 +35,54 @@ std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// DotRowReference of every row of the one-part matrix qm against each of the first max_m rows of
+// x (qm.cols wide): want[i * qm.rows + j].
+std::vector<float> ReferenceOutputs(const QuantMatrix& qm, const std::vector<float>& x,
+                                    int32_t max_m) {
+  const QuantType t = qm.parts[0].type;
+  const int32_t k = qm.cols, n = qm.rows;
+  const size_t row_bytes = QuantRowBytes(t, k);
+  std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
+  uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+  std::vector<float> want(static_cast<size_t>(max_m) * n);
+  for (int32_t i = 0; i < max_m; ++i) {
+    const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
+    for (int32_t j = 0; j < n; ++j) {
+      want[static_cast<size_t>(i) * n + j] =
+          DotRowReference(t, qm.parts[0].blocks + row_bytes * j, xr);
+    }
+  }
+  return want;
+}
+
+void Serial(int64_t count, const std::function<void(int64_t)>& fn) {
+  for (int64_t i = 0; i < count; ++i) fn(i);
+}
+
+// QuantLinear on qm gives `want`'s bits (ReferenceOutputs) for batches of 1..max_m rows of x, on
+// one thread, on every instruction set this CPU has; the automatic choice is restored after.
+void ExpectReferenceBitsOnEveryIsa(const QuantMatrix& qm, const std::vector<float>& x,
+                                   const std::vector<float>& want, int32_t max_m) {
+  const int32_t n = qm.rows;
+  for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
+    if (!SetQuantDotIsaForTesting(isa)) {
+      std::printf("[ skipped  ] %s: not on this CPU\n", isa);
+      continue;
+    }
+    bool same = true;
+    for (int32_t m = 1; m <= max_m && same; ++m) {
+      std::vector<float> y(static_cast<size_t>(m) * n);
+      QuantLinear(x.data(), qm, m, y.data(), Serial);
+      for (size_t e = 0; e < y.size() && same; ++e) {
+        same = y[e] == want[e];
+        EXPECT_EQ(y[e], want[e]) << QuantTypeName(qm.parts[0].type) << " " << isa << " m " << m
+                                 << " e " << e;
+      }
+    }
+  }
+  EXPECT_TRUE(SetQuantDotIsaForTesting("best"));
 }
 
 TEST(GgmlQuantTest, BlockSizesAreGgmls) {
@@ -383,30 +430,7 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
     qm.cols = k;
     qm.num_parts = 1;
     qm.parts[0] = {t, w.data(), n};
-    std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
-    uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
-    std::vector<float> want(static_cast<size_t>(max_m) * n);
-    for (int32_t i = 0; i < max_m; ++i) {
-      const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
-      for (int32_t j = 0; j < n; ++j)
-        want[static_cast<size_t>(i) * n + j] = DotRowReference(t, w.data() + row_bytes * j, xr);
-    }
-    const ParallelForFn serial = [](int64_t count, const std::function<void(int64_t)>& fn) {
-      for (int64_t i = 0; i < count; ++i) fn(i);
-    };
-    for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
-      if (!SetQuantDotIsaForTesting(isa)) {
-        std::printf("[ skipped  ] %s: not on this CPU\n", isa);
-        continue;
-      }
-      for (int32_t m = 1; m <= max_m; ++m) {
-        std::vector<float> y(static_cast<size_t>(m) * n);
-        QuantLinear(x.data(), qm, m, y.data(), serial);
-        for (size_t e = 0; e < y.size(); ++e)
-          ASSERT_EQ(y[e], want[e]) << QuantTypeName(t) << " " << isa << " m " << m << " e " << e;
-      }
-    }
-    ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
+    ExpectReferenceBitsOnEveryIsa(qm, x, ReferenceOutputs(qm, x, max_m), max_m);
   }
 }
 
@@ -449,36 +473,16 @@ TEST(GgmlQuantTest, InterleavedRowsGiveTheReferenceBits) {
     qm.cols = k;
     qm.num_parts = 1;
     qm.parts[0] = {t, w.data(), n, rows8.data()};
-    std::vector<uint8_t> act(ActivationBytes(t, k) + 64);
-    uint8_t* base = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
-    std::vector<float> want(static_cast<size_t>(max_m) * n);
-    for (int32_t i = 0; i < max_m; ++i) {
-      const Q8Row xr = QuantizeActivations(t, x.data() + static_cast<size_t>(i) * k, k, base);
+    const std::vector<float> want = ReferenceOutputs(qm, x, max_m);
+    ExpectReferenceBitsOnEveryIsa(qm, x, want, max_m);
+    QuantMatrix swapped = qm;
+    swapped.parts[0].rows8 = other8.data();
+    for (const char* isa : {"avx512vnni", "avx2"}) {
+      if (!SetQuantDotIsaForTesting(isa)) continue;
+      std::vector<float> y(n);
+      QuantLinear(x.data(), swapped, 1, y.data(), Serial);
       for (int32_t j = 0; j < n; ++j)
-        want[static_cast<size_t>(i) * n + j] = DotRowReference(t, w.data() + row_bytes * j, xr);
-    }
-    const ParallelForFn serial = [](int64_t count, const std::function<void(int64_t)>& fn) {
-      for (int64_t i = 0; i < count; ++i) fn(i);
-    };
-    for (const char* isa : {"avx512vnni", "avx2", "portable"}) {
-      if (!SetQuantDotIsaForTesting(isa)) {
-        std::printf("[ skipped  ] %s: not on this CPU\n", isa);
-        continue;
-      }
-      for (int32_t m = 1; m <= max_m; ++m) {
-        std::vector<float> y(static_cast<size_t>(m) * n);
-        QuantLinear(x.data(), qm, m, y.data(), serial);
-        for (size_t e = 0; e < y.size(); ++e)
-          ASSERT_EQ(y[e], want[e]) << QuantTypeName(t) << " " << isa << " m " << m << " e " << e;
-      }
-      if (std::string(isa) != "portable") {
-        QuantMatrix swapped = qm;
-        swapped.parts[0].rows8 = other8.data();
-        std::vector<float> y(n);
-        QuantLinear(x.data(), swapped, 1, y.data(), serial);
-        for (int32_t j = 0; j < n; ++j)
-          EXPECT_NE(y[j], want[j]) << QuantTypeName(t) << " " << isa << " row " << j;
-      }
+        EXPECT_NE(y[j], want[j]) << QuantTypeName(t) << " " << isa << " row " << j;
     }
     ASSERT_TRUE(SetQuantDotIsaForTesting("best"));
   }
