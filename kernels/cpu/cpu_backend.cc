@@ -21,10 +21,16 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
+
 #include "kernels/backend.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace tinyserve {
 namespace {
@@ -43,7 +49,7 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
 // horizontal sum does, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
 // the tail i >= n - n % 8 in order. Eight independent chains instead of one: attention's q.k
 // was latency-bound on one (34% of a batch-32 decode step).
-float LaneDot(const float* a, const float* b, int32_t n) {
+float LaneDotPortable(const float* a, const float* b, int32_t n) {
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const int32_t n8 = n - n % 8;
   for (int32_t i = 0; i < n8; i += 8) {
@@ -53,6 +59,168 @@ float LaneDot(const float* a, const float* b, int32_t n) {
       ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
   for (int32_t i = n8; i < n; ++i) sum += a[i] * b[i];
   return sum;
+}
+
+// out[i] += a * v[i] for i < n: a product, then an add, per element.
+void AxpyPortable(float a, const float* v, int32_t n, float* out) {
+  for (int32_t i = 0; i < n; ++i) out[i] += a * v[i];
+}
+
+#if defined(__x86_64__)
+// LaneDotPortable's bits with the eight lanes in one ymm register (this file is compiled with
+// -ffp-contract=off, so the product and the add stay two roundings).
+__attribute__((target("avx2"))) inline float LaneDotAvx2(const float* a, const float* b,
+                                                         int32_t n) {
+  __m256 lane = _mm256_setzero_ps();
+  const int32_t n8 = n - n % 8;
+  for (int32_t i = 0; i < n8; i += 8) {
+    lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  }
+  // (l0 + l4, l1 + l5, l2 + l6, l3 + l7), then ((l0 + l4) + (l2 + l6), (l1 + l5) + (l3 + l7)).
+  const __m128 v = _mm_add_ps(_mm256_castps256_ps128(lane), _mm256_extractf128_ps(lane, 1));
+  const __m128 w = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  float sum = _mm_cvtss_f32(_mm_add_ss(w, _mm_shuffle_ps(w, w, 1)));
+  for (int32_t i = n8; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// G consecutive heads' attention outputs, each head's head_dim (= 16 * NV) accumulators in
+// registers over all positions: out_u[i] = ((0 + a_u[0] * v_0[i]) + a_u[1] * v_1[i]) + ..., a
+// product, then an add, as AxpyPortable over the positions in order gives. Positions outer, so the
+// G heads' slices of a value row (adjacent) are read together and rows follow each other in order.
+// a_u = a + u * len; rows(p) is position p's value row, head u's slice at + v_off[u]; out_u = out +
+// u * 16 * NV.
+template <int NV, int G, typename Rows>
+__attribute__((target("avx512f"))) void WeightedValuesAvx512(const float* a, int32_t len,
+                                                             const int32_t* v_off, const Rows& rows,
+                                                             float* out) {
+  __m512 acc[G][NV];
+  for (int u = 0; u < G; ++u) {
+    for (int j = 0; j < NV; ++j) acc[u][j] = _mm512_setzero_ps();
+  }
+  for (int32_t p = 0; p < len; ++p) {
+    const float* row = rows(p);
+    for (int u = 0; u < G; ++u) {
+      const __m512 ap = _mm512_set1_ps(a[static_cast<size_t>(u) * len + p]);
+      const float* v = row + v_off[u];
+      for (int j = 0; j < NV; ++j)
+        acc[u][j] = _mm512_add_ps(acc[u][j], _mm512_mul_ps(ap, _mm512_loadu_ps(v + 16 * j)));
+    }
+  }
+  for (int u = 0; u < G; ++u) {
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(out + (u * NV + j) * 16, acc[u][j]);
+  }
+}
+
+// Heads per WeightedValuesAvx512 call for NV vectors a head: up to 24 accumulators.
+constexpr int HeadGroup(int nv) { return nv <= 3 ? 8 : 24 / nv; }
+
+// heads consecutive heads through WeightedValuesAvx512<NV, HeadGroup(NV)>, the rest one by one.
+template <int NV, typename Rows>
+void WeightedValuesGroups(int32_t heads, const float* a, int32_t len, const int32_t* v_off,
+                          const Rows& rows, float* out) {
+  constexpr int kG = HeadGroup(NV);
+  int32_t u = 0;
+  for (; u + kG <= heads; u += kG) {
+    WeightedValuesAvx512<NV, kG>(a + static_cast<size_t>(u) * len, len, v_off + u, rows,
+                                 out + u * 16 * NV);
+  }
+  for (; u < heads; ++u) {
+    WeightedValuesAvx512<NV, 1>(a + static_cast<size_t>(u) * len, len, v_off + u, rows,
+                                out + u * 16 * NV);
+  }
+}
+#endif
+
+// att[u * len + p] = LaneDot(q of head h0 + u, key row p's slice for that head) / denom, for
+// u < heads and p < len; key_row(p) is position p's key row (all kv heads). Positions outer, so
+// each key row is read once and in order.
+template <typename KeyRow>
+void ScoresPortable(const float* qt, int32_t h0, int32_t heads, int32_t kv_mul, int32_t head_dim,
+                    float denom, int32_t len, const KeyRow& key_row, float* att) {
+  for (int32_t p = 0; p < len; ++p) {
+    const float* krow = key_row(p);
+    for (int32_t u = 0; u < heads; ++u) {
+      const int32_t h = h0 + u;
+      att[static_cast<size_t>(u) * len + p] =
+          LaneDotPortable(qt + h * head_dim, krow + (h / kv_mul) * head_dim, head_dim) / denom;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+template <typename KeyRow>
+__attribute__((target("avx2"))) void ScoresAvx2(const float* qt, int32_t h0, int32_t heads,
+                                                int32_t kv_mul, int32_t head_dim, float denom,
+                                                int32_t len, const KeyRow& key_row, float* att) {
+  for (int32_t p = 0; p < len; ++p) {
+    const float* krow = key_row(p);
+    for (int32_t u = 0; u < heads; ++u) {
+      const int32_t h = h0 + u;
+      att[static_cast<size_t>(u) * len + p] =
+          LaneDotAvx2(qt + h * head_dim, krow + (h / kv_mul) * head_dim, head_dim) / denom;
+    }
+  }
+}
+
+// WeightedValuesGroups<nv> for 1 <= nv <= kMaxValueVectors (head_dim 16 ... 128).
+constexpr int32_t kMaxValueVectors = 8;
+template <typename Rows>
+void WeightedValues(int32_t nv, int32_t heads, const float* a, int32_t len, const int32_t* v_off,
+                    const Rows& rows, float* out) {
+  switch (nv) {
+    case 1:
+      return WeightedValuesGroups<1>(heads, a, len, v_off, rows, out);
+    case 2:
+      return WeightedValuesGroups<2>(heads, a, len, v_off, rows, out);
+    case 3:
+      return WeightedValuesGroups<3>(heads, a, len, v_off, rows, out);
+    case 4:
+      return WeightedValuesGroups<4>(heads, a, len, v_off, rows, out);
+    case 5:
+      return WeightedValuesGroups<5>(heads, a, len, v_off, rows, out);
+    case 6:
+      return WeightedValuesGroups<6>(heads, a, len, v_off, rows, out);
+    case 7:
+      return WeightedValuesGroups<7>(heads, a, len, v_off, rows, out);
+    case 8:
+      return WeightedValuesGroups<8>(heads, a, len, v_off, rows, out);
+    default:
+      std::abort();  // callers check nv first
+  }
+}
+#else
+template <typename KeyRow>
+void ScoresAvx2(const float* qt, int32_t h0, int32_t heads, int32_t kv_mul, int32_t head_dim,
+                float denom, int32_t len, const KeyRow& key_row, float* att) {
+  ScoresPortable(qt, h0, heads, kv_mul, head_dim, denom, len, key_row, att);
+}
+constexpr int32_t kMaxValueVectors = 0;
+template <typename Rows>
+void WeightedValues(int32_t, int32_t, const float*, int32_t, const int32_t*, const Rows&, float*) {
+  std::abort();  // never called: kMaxValueVectors is 0
+}
+#endif
+
+// Heads of one attention work item the vector value path takes (more: the portable loops).
+constexpr int32_t kMaxHeads = 256;
+
+bool g_attention_vectors = true;  // SetCpuAttentionVectorsForTesting
+
+bool HasAvx2() {
+#if defined(__x86_64__)
+  return g_attention_vectors && __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
+bool HasAvx512() {
+#if defined(__x86_64__)
+  return g_attention_vectors && __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
 }
 
 class CpuBackend final : public Backend {
@@ -286,23 +454,32 @@ class CpuBackend final : public Backend {
     int64_t flops = 0;
     for (int32_t t = 0; t < meta.num_tokens; ++t) flops += meta.positions[t] + 1;
     flops *= 4LL * num_heads * head_dim;
+    const bool avx2 = HasAvx2();
+    // The values in registers (one head at a time) where AVX-512 and head_dim allow.
+    const int32_t value_vectors = HasAvx512() && head_dim % 16 == 0 &&
+                                          head_dim / 16 <= kMaxValueVectors &&
+                                          heads_per_item <= kMaxHeads
+                                      ? head_dim / 16
+                                      : 0;
     For(flops > 200000, work, [&](int64_t wi) {
-      thread_local std::vector<float> att;  // [heads_per_item, len]
+      thread_local std::vector<float> att;       // [heads_per_item, len]
+      thread_local std::vector<int64_t> row_at;  // [len]: position p's row offset in the caches
       const int32_t t = static_cast<int32_t>(wi / items_per_token);
       const int32_t h0 = static_cast<int32_t>(wi % items_per_token) * heads_per_item;
       const int32_t* table =
           meta.block_tables + static_cast<size_t>(seq_of[t]) * meta.max_blocks_per_seq;
       const int32_t len = meta.positions[t] + 1;
       att.resize(static_cast<size_t>(heads_per_item) * len);
+      row_at.resize(len);
       for (int32_t p = 0; p < len; ++p) {
-        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-        const float* krow = k_cache + slot * kv_width;
-        for (int32_t u = 0; u < heads_per_item; ++u) {
-          const int32_t h = h0 + u;
-          const float* qh = q + static_cast<size_t>(t) * q_stride + h * head_dim;
-          att[static_cast<size_t>(u) * len + p] =
-              LaneDot(qh, krow + (h / kv_mul) * head_dim, head_dim) / denom;
-        }
+        row_at[p] = (static_cast<int64_t>(table[p / bs]) * bs + p % bs) * kv_width;
+      }
+      const float* qt = q + static_cast<size_t>(t) * q_stride;
+      const auto key_row = [&](int32_t p) { return k_cache + row_at[p]; };
+      if (avx2) {
+        ScoresAvx2(qt, h0, heads_per_item, kv_mul, head_dim, denom, len, key_row, att.data());
+      } else {
+        ScoresPortable(qt, h0, heads_per_item, kv_mul, head_dim, denom, len, key_row, att.data());
       }
       for (int32_t u = 0; u < heads_per_item; ++u) {
         float* a = att.data() + static_cast<size_t>(u) * len;
@@ -314,18 +491,27 @@ class CpuBackend final : public Backend {
           sum += a[p];
         }
         for (int32_t p = 0; p < len; ++p) a[p] /= sum;
-        float* oh = out + static_cast<size_t>(t) * num_heads * head_dim + (h0 + u) * head_dim;
+      }
+      float* ot = out + static_cast<size_t>(t) * num_heads * head_dim;
+      if (value_vectors > 0) {
+        int32_t v_off[kMaxHeads];
+        for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
+        WeightedValues(
+            value_vectors, heads_per_item, att.data(), len, v_off,
+            [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim);
+        return;
+      }
+      // Portable: positions outer, so each value row (every head's) is read once and in order.
+      for (int32_t u = 0; u < heads_per_item; ++u) {
+        float* oh = ot + (h0 + u) * head_dim;
         std::fill(oh, oh + head_dim, 0.0f);
       }
       for (int32_t p = 0; p < len; ++p) {
-        const int64_t slot = static_cast<int64_t>(table[p / bs]) * bs + p % bs;
-        const float* vrow = v_cache + slot * kv_width;
+        const float* vrow = v_cache + row_at[p];
         for (int32_t u = 0; u < heads_per_item; ++u) {
           const int32_t h = h0 + u;
-          const float* vp = vrow + (h / kv_mul) * head_dim;
-          float* oh = out + static_cast<size_t>(t) * num_heads * head_dim + h * head_dim;
-          const float a = att[static_cast<size_t>(u) * len + p];
-          for (int32_t i = 0; i < head_dim; ++i) oh[i] += a * vp[i];
+          AxpyPortable(att[static_cast<size_t>(u) * len + p], vrow + (h / kv_mul) * head_dim,
+                       head_dim, ot + h * head_dim);
         }
       }
     });
@@ -365,8 +551,10 @@ class CpuBackend final : public Backend {
       GemmPackedPanels(x, packed, m, n, k, 0, panels, y);
       return;
     }
-    // Ranges in multiples of 4 panels (the widest tile) where there are enough of them.
-    const int32_t unit = panels >= 4 * parts ? 4 : 1;
+    // Ranges in multiples of the kernel's tile where there are enough panels, so that no range
+    // ends in a narrower tile.
+    const int32_t tile = PackedGemmTilePanels(m);
+    const int32_t unit = panels >= tile * parts ? tile : 1;
     const int32_t per = (panels + parts * unit - 1) / (parts * unit) * unit;
     pool_->ParallelFor(parts, [&](int64_t part) {
       const int32_t pb0 = std::min<int32_t>(panels, static_cast<int32_t>(part) * per);
@@ -400,5 +588,7 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
   return std::make_unique<CpuBackend>(num_threads);
 }
+
+void SetCpuAttentionVectorsForTesting(bool vectors) { g_attention_vectors = vectors; }
 
 }  // namespace tinyserve

@@ -22,14 +22,23 @@ constexpr int32_t kW = kPanelWidth;
 // Rows per block: a block of x (kRowBlock x k floats) stays in L2 while the panels stream past.
 constexpr int32_t kRowBlock = 64;
 
+// What a tile prefetches into L2 while it computes: `lines` cache lines at `next` per step of p,
+// never past `end` (next == end: nothing). GemmPackedPanels points it at the next panel group, so
+// that the DRAM reads of a group overlap the row tiles that reread the current one from L2.
+struct Prefetch {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int32_t lines = 0;
+};
+
 // One tile: rows [0, mr) of x (row stride k), panels starting at `panel` (panel stride k * 16),
 // writing y (row stride ldy) for `ncols` columns (<= np * 16).
 using TileFn = void (*)(const float* x, int32_t k, const float* panel, float* y, int32_t ldy,
-                        int32_t ncols);
+                        int32_t ncols, Prefetch pf);
 
 template <int MR, int NP>
 void TilePortable(const float* x, int32_t k, const float* panel, float* y, int32_t ldy,
-                  int32_t ncols) {
+                  int32_t ncols, Prefetch) {
   float acc[MR][NP * kW] = {};
   const size_t ps = static_cast<size_t>(k) * kW;
   for (int32_t p = 0; p < k; ++p) {
@@ -45,9 +54,17 @@ void TilePortable(const float* x, int32_t k, const float* panel, float* y, int32
 }
 
 #if defined(__x86_64__)
+// One step of a tile's prefetch (Prefetch above); a hint, so it never changes a result.
+inline void PrefetchStep(Prefetch& pf) {
+  for (int32_t l = 0; l < pf.lines && pf.next < pf.end; ++l, pf.next += 64) {
+    _mm_prefetch(pf.next, _MM_HINT_T1);
+  }
+}
+
 template <int MR, int NP>
 __attribute__((target("avx512f"))) void TileAvx512(const float* x, int32_t k, const float* panel,
-                                                   float* y, int32_t ldy, int32_t ncols) {
+                                                   float* y, int32_t ldy, int32_t ncols,
+                                                   Prefetch pf) {
   __m512 acc[MR][NP];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -56,6 +73,7 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, int32_t k, co
   }
   const size_t ps = static_cast<size_t>(k) * kW;
   for (int32_t p = 0; p < k; ++p) {
+    PrefetchStep(pf);
     __m512 w[NP];
 #pragma GCC unroll 4
     for (int q = 0; q < NP; ++q)
@@ -84,7 +102,8 @@ __attribute__((target("avx512f"))) void TileAvx512(const float* x, int32_t k, co
 
 template <int MR, int NP>
 __attribute__((target("avx2,fma"))) void TileAvx2(const float* x, int32_t k, const float* panel,
-                                                  float* y, int32_t ldy, int32_t ncols) {
+                                                  float* y, int32_t ldy, int32_t ncols,
+                                                  Prefetch pf) {
   __m256 acc[MR][2 * NP];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -93,6 +112,7 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const float* x, int32_t k, con
   }
   const size_t ps = static_cast<size_t>(k) * kW;
   for (int32_t p = 0; p < k; ++p) {
+    PrefetchStep(pf);
     __m256 w[2 * NP];
 #pragma GCC unroll 8
     for (int q = 0; q < 2 * NP; ++q) {
@@ -190,14 +210,30 @@ void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n,
   const size_t panel_floats = static_cast<size_t>(k) * kW;
   for (int32_t i0 = 0; i0 < m; i0 += kRowBlock) {
     const int32_t i1 = std::min(m, i0 + kRowBlock);
+    const int32_t row_tiles = (i1 - i0 + isa.max_rows - 1) / isa.max_rows;
     for (int32_t pb = pb0; pb < pb1; pb += np_max) {
       const int32_t np = std::min(np_max, pb1 - pb);
       const int32_t col = pb * kW;
       const int32_t ncols = std::min(n - col, np * kW);
-      for (int32_t i = i0; i < i1; i += isa.max_rows) {
+      // The row tiles after the first reread this group from L2 (it is np * k * 64 bytes) and
+      // share the prefetch of the next group (in this range) between them, a few lines per p.
+      const int32_t next_np = std::min(np_max, pb1 - pb - np);
+      Prefetch pf;
+      if (row_tiles > 1 && next_np > 0) {
+        pf.next = reinterpret_cast<const char*>(packed + (pb + np) * panel_floats);
+        pf.end = pf.next + static_cast<size_t>(next_np) * panel_floats * sizeof(float);
+        pf.lines = (next_np + row_tiles - 2) / (row_tiles - 1);
+      }
+      for (int32_t i = i0, t = 0; i < i1; i += isa.max_rows, ++t) {
         const int32_t mr = std::min(isa.max_rows, i1 - i);
+        Prefetch tile_pf;
+        if (t > 0 && pf.lines > 0) {
+          tile_pf = pf;
+          const size_t skip = static_cast<size_t>(t - 1) * pf.lines * k * 64;
+          tile_pf.next = skip < static_cast<size_t>(pf.end - pf.next) ? pf.next + skip : pf.end;
+        }
         isa.tiles[mr - 1][np - 1](x + static_cast<size_t>(i) * k, k, packed + pb * panel_floats,
-                                  y + static_cast<size_t>(i) * n + col, n, ncols);
+                                  y + static_cast<size_t>(i) * n + col, n, ncols, tile_pf);
       }
     }
   }
@@ -216,6 +252,11 @@ void GemmReference(const float* x, const float* w, int32_t m, int32_t n, int32_t
 }
 
 const char* PackedGemmIsa() { return ActiveIsa()->name; }
+
+int32_t PackedGemmTilePanels(int32_t m) {
+  const Isa& isa = *ActiveIsa();
+  return m == 1 ? isa.single_panels : isa.max_panels;
+}
 
 bool SetPackedGemmIsaForTesting(const char* isa) {
   const std::string_view want(isa);

@@ -1,0 +1,165 @@
+// The CPU backend's PagedAttention, bit for bit against its documented order (cpu_backend.cc),
+// written here as plain scalar float loops: per (token, head), score[p] = LaneDot(q, k_p) /
+// sqrt(head_dim) with LaneDot's eight lane sums; the max; exp(score - max) summed over p in order;
+// each divided by the sum; out[i] = sum over p in order of a[p] * v_p[i], a product then an add,
+// from +0. The backend runs vector versions of these loops (AVX2 dots, AVX-512 values held in
+// registers one head at a time) where the CPU and head_dim allow; they must give these bits on
+// every head_dim (vector widths and not), GQA ratio, batch size (one head per work item below 8
+// tokens, all heads per item from 8), block size and thread count, and so must the portable loops
+// (SetCpuAttentionVectorsForTesting(false)).
+//
+// This file must not contract a * b + c into an fma: it is compiled without an FMA target (the
+// project passes no -march), so it cannot.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace tinyserve {
+namespace {
+
+float ScalarLaneDot(const float* a, const float* b, int32_t n) {
+  float lane[8] = {};
+  const int32_t n8 = n - n % 8;
+  for (int32_t i = 0; i < n8; i += 8) {
+    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
+  }
+  float sum =
+      ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  for (int32_t i = n8; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// One (query row, head) over keys/values k[p], v[p] (head_dim floats each) for p < len.
+void ScalarHead(const float* q, const std::vector<const float*>& k,
+                const std::vector<const float*>& v, int32_t len, int32_t head_dim, float* out) {
+  const float denom = std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> a(len);
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int32_t p = 0; p < len; ++p) {
+    a[p] = ScalarLaneDot(q, k[p], head_dim) / denom;
+    max_score = std::max(max_score, a[p]);
+  }
+  float sum = 0.0f;
+  for (int32_t p = 0; p < len; ++p) {
+    a[p] = std::exp(a[p] - max_score);
+    sum += a[p];
+  }
+  for (int32_t p = 0; p < len; ++p) a[p] /= sum;
+  std::fill(out, out + head_dim, 0.0f);
+  for (int32_t p = 0; p < len; ++p) {
+    for (int32_t i = 0; i < head_dim; ++i) out[i] += a[p] * v[p][i];
+  }
+}
+
+struct Case {
+  int32_t block_size, num_heads, num_kv_heads, head_dim;
+  std::vector<int32_t> context_lens;  // one decode token per sequence at position len - 1
+};
+
+std::string Describe(const Case& c, int threads) {
+  return "bs " + std::to_string(c.block_size) + ", heads " + std::to_string(c.num_heads) + "/" +
+         std::to_string(c.num_kv_heads) + ", head_dim " + std::to_string(c.head_dim) + ", " +
+         std::to_string(c.context_lens.size()) + " tokens, " + std::to_string(threads) + " threads";
+}
+
+void ExpectScalarBits(const Case& c, int threads, uint32_t seed) {
+  SCOPED_TRACE(Describe(c, threads));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  const int32_t n = static_cast<int32_t>(c.context_lens.size());
+  const int32_t hd = c.head_dim, kv_width = c.num_kv_heads * hd;
+  const int32_t q_stride = (c.num_heads + 2 * c.num_kv_heads) * hd + 3;  // not a head multiple
+  const int32_t bs = c.block_size;
+  int32_t max_blocks = 0, total_blocks = 0;
+  for (int32_t len : c.context_lens) {
+    max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+    total_blocks += (len + bs - 1) / bs;
+  }
+  std::vector<int32_t> ids(total_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, 0), positions, starts = {0};
+  for (int32_t s = 0, next = 0; s < n; ++s) {
+    for (int32_t b = 0; b < (c.context_lens[s] + bs - 1) / bs; ++b) {
+      tables[static_cast<size_t>(s) * max_blocks + b] = ids[next++];
+    }
+    positions.push_back(c.context_lens[s] - 1);
+    starts.push_back(s + 1);
+  }
+  const size_t cache_floats = static_cast<size_t>(total_blocks) * bs * kv_width;
+  std::vector<float> k_cache(cache_floats), v_cache(cache_floats);
+  std::vector<float> q(static_cast<size_t>(n) * q_stride);
+  for (float& x : k_cache) x = dist(rng);
+  for (float& x : v_cache) x = dist(rng);
+  for (float& x : q) x = dist(rng);
+
+  std::vector<float> want(static_cast<size_t>(n) * c.num_heads * hd);
+  for (int32_t s = 0; s < n; ++s) {
+    for (int32_t h = 0; h < c.num_heads; ++h) {
+      const int32_t kvh = h / (c.num_heads / c.num_kv_heads);
+      std::vector<const float*> k, v;
+      for (int32_t p = 0; p < c.context_lens[s]; ++p) {
+        const size_t slot =
+            static_cast<size_t>(tables[static_cast<size_t>(s) * max_blocks + p / bs]) * bs + p % bs;
+        k.push_back(&k_cache[slot * kv_width + kvh * hd]);
+        v.push_back(&v_cache[slot * kv_width + kvh * hd]);
+      }
+      ScalarHead(&q[static_cast<size_t>(s) * q_stride + h * hd], k, v, c.context_lens[s], hd,
+                 &want[(static_cast<size_t>(s) * c.num_heads + h) * hd]);
+    }
+  }
+
+  std::unique_ptr<Backend> backend = CreateCpuBackend(threads);
+  ASSERT_TRUE(backend->is_host());
+  AttentionMetadata meta;
+  meta.num_tokens = n;
+  meta.num_seqs = n;
+  meta.positions = positions.data();
+  meta.query_start = starts.data();
+  meta.block_tables = tables.data();
+  meta.max_blocks_per_seq = max_blocks;
+  meta.block_size = bs;
+  std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
+  backend->PagedAttention(q.data(), q_stride, k_cache.data(), v_cache.data(), meta, c.num_heads,
+                          c.num_kv_heads, hd, got.data());
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+      << "first difference at element "
+      << std::mismatch(
+             got.begin(), got.end(), want.begin(),
+             [](float a, float b) {
+               return std::memcmp(&a, &b, 4) == 0;
+             }).first -
+             got.begin();
+}
+
+TEST(CpuAttentionTest, EqualsTheScalarOrderBitwiseOnEveryHeadDim) {
+  for (const bool vectors : {true, false}) {
+    SCOPED_TRACE(vectors ? "vector paths" : "portable loops");
+    SetCpuAttentionVectorsForTesting(vectors);
+    uint32_t seed = 40;
+    for (int32_t head_dim : {8, 16, 20, 48, 64, 80, 128, 136, 256}) {
+      for (int threads : {1, 2}) {
+        // 3 tokens: one head per work item; 9 tokens: every head of a token in one item (8
+        // heads: one group of 8 for head_dim <= 48, else a group and singles).
+        ExpectScalarBits({16, 4, 4, head_dim, {1, 17, 40}}, threads, ++seed);
+        ExpectScalarBits({4, 8, 2, head_dim, {1, 2, 5, 16, 17, 33, 64, 97, 3}}, threads, ++seed);
+        ExpectScalarBits({1, 6, 1, head_dim, {7, 30, 2, 9, 11, 12, 13, 14, 50}}, threads, ++seed);
+      }
+    }
+  }
+  SetCpuAttentionVectorsForTesting(true);
+}
+
+}  // namespace
+}  // namespace tinyserve
