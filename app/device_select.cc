@@ -5,6 +5,15 @@
 #include "kernels/device.h"
 
 namespace tinyserve {
+namespace {
+
+// The CPU's cache for a checked --kv-cache-dtype: bf16 when asked, else (auto: the CPU's weights
+// are fp32) fp32.
+DType CpuKvCacheDtype(const std::string& kv_cache_dtype) {
+  return kv_cache_dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
                                                  const std::string& dtype, bool batch_invariant,
@@ -27,11 +36,7 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
     if (dtype == "bfloat16") {
       return InvalidArgument("--dtype bfloat16 needs --device cuda; the CPU backend is float32");
     }
-    if (kv_cache_dtype == "bfloat16") {
-      return InvalidArgument(
-          "--kv-cache-dtype bfloat16 needs --device cuda; the CPU backend's KV cache is float32");
-    }
-    return CreateCpuBackend(cpu_threads);
+    return CreateCpuBackend(cpu_threads, CpuKvCacheDtype(kv_cache_dtype));
   }
   StatusOr<std::unique_ptr<Backend>> cuda = [&]() -> StatusOr<std::unique_ptr<Backend>> {
     StatusOr<int> gpus = ProbeCudaDevices();
@@ -52,9 +57,8 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
   if (cuda.ok()) return cuda;
   if (device == "cuda") return Unavailable("--device cuda: " + cuda.status().message());
   std::fprintf(stderr, "tinyserve: device auto: no usable CUDA device (%s); using the CPU%s\n",
-               cuda.status().message().c_str(),
-               dtype == "bfloat16" || kv_cache_dtype == "bfloat16" ? " in float32" : "");
-  return CreateCpuBackend(cpu_threads);
+               cuda.status().message().c_str(), dtype == "bfloat16" ? " in float32" : "");
+  return CreateCpuBackend(cpu_threads, CpuKvCacheDtype(kv_cache_dtype));
 }
 
 }  // namespace tinyserve

@@ -15,8 +15,8 @@ namespace tinyserve {
 // "bfloat16" (CUDA only: an error with --device cpu, and float32 with a logged line when auto falls
 // back to the CPU). `batch_invariant` selects CUDA's batch-invariant GEMM (CudaBackendOptions); the
 // CPU backend is batch-invariant whatever it says. `kv_cache_dtype` (vLLM's --kv-cache-dtype):
-// "auto" (the weights' dtype: bfloat16 on CUDA by default, float32 on the CPU), "bfloat16" (CUDA
-// only), "float32"; "fp8" is refused (not implemented yet).
+// "auto" (the weights' dtype: bfloat16 on CUDA by default, float32 on the CPU), "bfloat16" (either
+// device: half the bytes a token), "float32"; "fp8" is refused (not implemented yet).
 StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int cpu_threads,
                                                  const std::string& dtype = "",
                                                  bool batch_invariant = false,

@@ -89,8 +89,8 @@ class Backend {
   // ---- weights ----------------------------------------------------------------------------------
   // The dtype UploadWeight stores matrices in: fp32 on the CPU; bf16 or fp32 on CUDA.
   virtual DType weight_dtype() const { return DType::kFloat32; }
-  // The dtype of the KV cache's elements (WriteKvCache, PagedAttention): fp32 on the CPU; bf16 (the
-  // default) or fp32 on CUDA. KvCacheElementBytes: its size.
+  // The dtype of the KV cache's elements (WriteKvCache, PagedAttention): fp32 (the default) or bf16
+  // on the CPU; bf16 (the default) or fp32 on CUDA. KvCacheElementBytes: its size.
   virtual DType kv_cache_dtype() const { return DType::kFloat32; }
   size_t KvCacheElementBytes() const { return kv_cache_dtype() == DType::kFloat32 ? 4 : 2; }
   // Returns new device memory holding the `count` host fp32 values converted to weight_dtype()
@@ -287,7 +287,9 @@ class DeviceBuffer {
 };
 
 // The CPU backend: fp32, the packed batch-invariant GEMM (kernels/cpu/packed_gemm.h), its own
-// thread pool. `num_threads` <= 0 means all hardware threads.
-std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
+// thread pool. `num_threads` <= 0 means all hardware threads. `kv_cache_dtype` kFloat32 or
+// kBFloat16 (half the bytes a token; attention widens the elements and computes in fp32, the same
+// order as over an fp32 cache).
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, DType kv_cache_dtype = DType::kFloat32);
 
 }  // namespace tinyserve

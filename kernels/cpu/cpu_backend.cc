@@ -49,38 +49,78 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
 // horizontal sum does, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
 // the tail i >= n - n % 8 in order. Eight independent chains instead of one: attention's q.k
 // was latency-bound on one (34% of a batch-32 decode step).
-float LaneDotPortable(const float* a, const float* b, int32_t n) {
+// A KV cache element: fp32, or bf16 kept as its 16 bits (kv_cache_dtype() bf16), which widen to
+// fp32 exactly (the bits << 16); attention computes in fp32 either way.
+using Bf16Bits = uint16_t;
+inline float Widen(float x) { return x; }
+inline float Widen(Bf16Bits b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// x rounded to bf16, nearest with ties to even, as CUDA's __float2bfloat16_rn; a NaN stays a
+// (quiet) NaN and infinities stay infinite.
+inline Bf16Bits RoundToBf16Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    return static_cast<Bf16Bits>((u >> 16) | ((u & 0x007fffffu) != 0 ? 0x0040u : 0u));
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<Bf16Bits>(u >> 16);
+}
+
+template <typename T>
+float LaneDotPortable(const float* a, const T* b, int32_t n) {
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const int32_t n8 = n - n % 8;
   for (int32_t i = 0; i < n8; i += 8) {
-    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * b[i + l];
+    for (int l = 0; l < 8; ++l) lane[l] += a[i + l] * Widen(b[i + l]);
   }
   float sum =
       ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-  for (int32_t i = n8; i < n; ++i) sum += a[i] * b[i];
+  for (int32_t i = n8; i < n; ++i) sum += a[i] * Widen(b[i]);
   return sum;
 }
 
 // out[i] += a * v[i] for i < n: a product, then an add, per element.
-void AxpyPortable(float a, const float* v, int32_t n, float* out) {
-  for (int32_t i = 0; i < n; ++i) out[i] += a * v[i];
+template <typename T>
+void AxpyPortable(float a, const T* v, int32_t n, float* out) {
+  for (int32_t i = 0; i < n; ++i) out[i] += a * Widen(v[i]);
 }
 
 #if defined(__x86_64__)
+// Eight (sixteen) elements of a cache row widened to fp32.
+__attribute__((target("avx2"))) inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2"))) inline __m256 Load8(const Bf16Bits* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+__attribute__((target("avx512f"))) inline __m512 Load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+__attribute__((target("avx512f"))) inline __m512 Load16(const Bf16Bits* p) {
+  // (The maskz forms: g++ 12 warns that the plain ones' _mm512_undefined_epi32 is uninitialized.)
+  const __m512i w =
+      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16));
+}
+
 // LaneDotPortable's bits with the eight lanes in one ymm register (this file is compiled with
 // -ffp-contract=off, so the product and the add stay two roundings).
-__attribute__((target("avx2"))) inline float LaneDotAvx2(const float* a, const float* b,
-                                                         int32_t n) {
+template <typename T>
+__attribute__((target("avx2"))) inline float LaneDotAvx2(const float* a, const T* b, int32_t n) {
   __m256 lane = _mm256_setzero_ps();
   const int32_t n8 = n - n % 8;
   for (int32_t i = 0; i < n8; i += 8) {
-    lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    lane = _mm256_add_ps(lane, _mm256_mul_ps(_mm256_loadu_ps(a + i), Load8(b + i)));
   }
   // (l0 + l4, l1 + l5, l2 + l6, l3 + l7), then ((l0 + l4) + (l2 + l6), (l1 + l5) + (l3 + l7)).
   const __m128 v = _mm_add_ps(_mm256_castps256_ps128(lane), _mm256_extractf128_ps(lane, 1));
   const __m128 w = _mm_add_ps(v, _mm_movehl_ps(v, v));
   float sum = _mm_cvtss_f32(_mm_add_ss(w, _mm_shuffle_ps(w, w, 1)));
-  for (int32_t i = n8; i < n; ++i) sum += a[i] * b[i];
+  for (int32_t i = n8; i < n; ++i) sum += a[i] * Widen(b[i]);
   return sum;
 }
 
@@ -99,12 +139,12 @@ __attribute__((target("avx512f"))) void WeightedValuesAvx512(const float* a, int
     for (int j = 0; j < NV; ++j) acc[u][j] = _mm512_setzero_ps();
   }
   for (int32_t p = 0; p < len; ++p) {
-    const float* row = rows(p);
+    const auto* row = rows(p);
     for (int u = 0; u < G; ++u) {
       const __m512 ap = _mm512_set1_ps(a[static_cast<size_t>(u) * len + p]);
-      const float* v = row + v_off[u];
+      const auto* v = row + v_off[u];
       for (int j = 0; j < NV; ++j)
-        acc[u][j] = _mm512_add_ps(acc[u][j], _mm512_mul_ps(ap, _mm512_loadu_ps(v + 16 * j)));
+        acc[u][j] = _mm512_add_ps(acc[u][j], _mm512_mul_ps(ap, Load16(v + 16 * j)));
     }
   }
   for (int u = 0; u < G; ++u) {
@@ -139,7 +179,7 @@ template <typename KeyRow>
 void ScoresPortable(const float* qt, int32_t h0, int32_t heads, int32_t kv_mul, int32_t head_dim,
                     float denom, int32_t len, const KeyRow& key_row, float* att) {
   for (int32_t p = 0; p < len; ++p) {
-    const float* krow = key_row(p);
+    const auto* krow = key_row(p);
     for (int32_t u = 0; u < heads; ++u) {
       const int32_t h = h0 + u;
       att[static_cast<size_t>(u) * len + p] =
@@ -154,7 +194,7 @@ __attribute__((target("avx2"))) void ScoresAvx2(const float* qt, int32_t h0, int
                                                 int32_t kv_mul, int32_t head_dim, float denom,
                                                 int32_t len, const KeyRow& key_row, float* att) {
   for (int32_t p = 0; p < len; ++p) {
-    const float* krow = key_row(p);
+    const auto* krow = key_row(p);
     for (int32_t u = 0; u < heads; ++u) {
       const int32_t h = h0 + u;
       att[static_cast<size_t>(u) * len + p] =
@@ -225,7 +265,7 @@ bool HasAvx512() {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads) {
+  CpuBackend(int num_threads, DType kv_dtype) : kv_dtype_(kv_dtype) {
     if (num_threads <= 0)
       num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     num_threads_ = num_threads;
@@ -233,9 +273,12 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override {
-    return "cpu (fp32, " + std::to_string(num_threads_) + " threads, packed " + PackedGemmIsa() +
+    return "cpu (fp32" + std::string(kv_dtype_ == DType::kBFloat16 ? ", bf16 KV cache" : "") +
+           ", " + std::to_string(num_threads_) + " threads, packed " + PackedGemmIsa() +
            " gemm, batch-invariant)";
   }
+
+  DType kv_cache_dtype() const override { return kv_dtype_; }
 
   bool is_host() const override { return true; }
 
@@ -417,23 +460,66 @@ class CpuBackend final : public Backend {
 
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
                     int32_t kv_width, void* k_cache_raw, void* v_cache_raw) override {
-    float* k_cache = static_cast<float*>(k_cache_raw);  // kv_cache_dtype(): fp32
-    float* v_cache = static_cast<float*>(v_cache_raw);
     for (int32_t t = 0; t < n; ++t) {
       const int64_t slot = slots[t];
       if (slot < 0) continue;
-      std::memcpy(k_cache + slot * kv_width, k + static_cast<size_t>(t) * stride,
-                  sizeof(float) * kv_width);
-      std::memcpy(v_cache + slot * kv_width, v + static_cast<size_t>(t) * stride,
-                  sizeof(float) * kv_width);
+      const float* kt = k + static_cast<size_t>(t) * stride;
+      const float* vt = v + static_cast<size_t>(t) * stride;
+      if (kv_dtype_ == DType::kBFloat16) {
+        Bf16Bits* kc = static_cast<Bf16Bits*>(k_cache_raw) + slot * kv_width;
+        Bf16Bits* vc = static_cast<Bf16Bits*>(v_cache_raw) + slot * kv_width;
+        for (int32_t i = 0; i < kv_width; ++i) {
+          kc[i] = RoundToBf16Bits(kt[i]);
+          vc[i] = RoundToBf16Bits(vt[i]);
+        }
+      } else {
+        std::memcpy(static_cast<float*>(k_cache_raw) + slot * kv_width, kt,
+                    sizeof(float) * kv_width);
+        std::memcpy(static_cast<float*>(v_cache_raw) + slot * kv_width, vt,
+                    sizeof(float) * kv_width);
+      }
     }
   }
 
-  void PagedAttention(const float* q, int32_t q_stride, const void* k_cache_raw,
-                      const void* v_cache_raw, const AttentionMetadata& meta, int32_t num_heads,
-                      int32_t num_kv_heads, int32_t head_dim, float* out) override {
-    const float* k_cache = static_cast<const float*>(k_cache_raw);  // kv_cache_dtype(): fp32
-    const float* v_cache = static_cast<const float*>(v_cache_raw);
+  void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
+                      const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
+                      int32_t head_dim, float* out) override {
+    if (kv_dtype_ == DType::kBFloat16) {
+      Attend(q, q_stride, static_cast<const Bf16Bits*>(k_cache),
+             static_cast<const Bf16Bits*>(v_cache), meta, num_heads, num_kv_heads, head_dim, out);
+    } else {
+      Attend(q, q_stride, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
+             meta, num_heads, num_kv_heads, head_dim, out);
+    }
+  }
+
+  void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
+    For(static_cast<int64_t>(n) * hidden > 65536, n, [&](int64_t t) {
+      const float* g = gate_up + t * 2 * hidden;
+      const float* u = g + hidden;
+      float* o = out + t * hidden;
+      for (int32_t i = 0; i < hidden; ++i) {
+        float val = g[i];
+        val *= 1.0f / (1.0f + std::exp(-val));
+        o[i] = val * u[i];
+      }
+    });
+  }
+
+  void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
+                  float* out) override {
+    for (int32_t i = 0; i < m; ++i) {
+      std::memcpy(out + static_cast<size_t>(i) * dim, x + static_cast<size_t>(rows[i]) * dim,
+                  sizeof(float) * dim);
+    }
+  }
+
+ private:
+  // PagedAttention over a cache of T (float, or Bf16Bits when kv_cache_dtype() is bf16).
+  template <typename T>
+  void Attend(const float* q, int32_t q_stride, const T* k_cache, const T* v_cache,
+              const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
+              int32_t head_dim, float* out) {
     const int32_t kv_mul = num_heads / num_kv_heads;
     const int32_t kv_width = num_kv_heads * head_dim;
     const float denom = std::sqrt(static_cast<float>(head_dim));
@@ -507,7 +593,7 @@ class CpuBackend final : public Backend {
         std::fill(oh, oh + head_dim, 0.0f);
       }
       for (int32_t p = 0; p < len; ++p) {
-        const float* vrow = v_cache + row_at[p];
+        const T* vrow = v_cache + row_at[p];
         for (int32_t u = 0; u < heads_per_item; ++u) {
           const int32_t h = h0 + u;
           AxpyPortable(att[static_cast<size_t>(u) * len + p], vrow + (h / kv_mul) * head_dim,
@@ -517,28 +603,6 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
-    For(static_cast<int64_t>(n) * hidden > 65536, n, [&](int64_t t) {
-      const float* g = gate_up + t * 2 * hidden;
-      const float* u = g + hidden;
-      float* o = out + t * hidden;
-      for (int32_t i = 0; i < hidden; ++i) {
-        float val = g[i];
-        val *= 1.0f / (1.0f + std::exp(-val));
-        o[i] = val * u[i];
-      }
-    });
-  }
-
-  void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
-                  float* out) override {
-    for (int32_t i = 0; i < m; ++i) {
-      std::memcpy(out + static_cast<size_t>(i) * dim, x + static_cast<size_t>(rows[i]) * dim,
-                  sizeof(float) * dim);
-    }
-  }
-
- private:
   // y = x * w^T over packed w: the pool's threads take contiguous ranges of output panels (never
   // a share of k). Four ranges per thread, so a descheduled thread holds back only a small one.
   void PackedGemm(const float* x, const float* packed, int32_t m, int32_t n, int32_t k, float* y) {
@@ -577,6 +641,7 @@ class CpuBackend final : public Backend {
     void operator()(float* p) const { std::free(p); }
   };
 
+  DType kv_dtype_ = DType::kFloat32;
   int num_threads_ = 1;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<float, FreeDeleter> gemm_scratch_;  // Gemm's packed copy of w
@@ -585,8 +650,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
-  return std::make_unique<CpuBackend>(num_threads);
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads, DType kv_cache_dtype) {
+  return std::make_unique<CpuBackend>(num_threads, kv_cache_dtype);
 }
 
 void SetCpuAttentionVectorsForTesting(bool vectors) { g_attention_vectors = vectors; }

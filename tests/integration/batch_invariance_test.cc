@@ -107,6 +107,7 @@ struct Scenario {
   bool prefix_caching = false;
   bool one_at_a_time = false;  // each request runs alone, to completion, before the next
   int rounds = 1;              // the whole set is sent again after it finished (prefix hits)
+  DType kv_cache_dtype = DType::kFloat32;
 };
 
 struct Result {
@@ -156,7 +157,7 @@ class BatchInvarianceTest : public ::testing::Test {
     o.block_size = sc.block_size;
     o.num_kv_blocks = sc.num_blocks;
     o.keep_sampled_logits = true;
-    auto runner = ModelRunner::Create(weights, CreateCpuBackend(sc.threads), o);
+    auto runner = ModelRunner::Create(weights, CreateCpuBackend(sc.threads, sc.kv_cache_dtype), o);
     EXPECT_TRUE(runner.ok()) << runner.status().ToString();
     if (!runner.ok()) return {};
     LogitsRecorder recorder(runner->get());
@@ -294,6 +295,66 @@ TEST_F(BatchInvarianceTest, Stories260KLogitsAreBitwiseTheSameInEveryArrangement
     }
     EXPECT_GT(once, 0);
     EXPECT_GT(thrice, 0);
+    ExpectBitwiseSame(r, oracle.logits, oracle.logits.size());
+  }
+}
+
+// The same on a bf16 KV cache (--kv-cache-dtype bfloat16 on the CPU): alone, in a crowd, in
+// prefill chunks and through a preemption storm with prefix caching, bitwise; and the logits are
+// not the fp32 cache's (the cache really holds bf16).
+TEST_F(BatchInvarianceTest, Stories260KLogitsAreBitwiseTheSameOnABf16KvCache) {
+  auto w = LoadLlama2cCheckpoint(kShared + "/models/stories260K.bin");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const Prompts prompts = MakePrompts(32, 512, 15, 8, 48);
+  const int32_t max_tokens = 16;
+  Scenario alone;
+  alone.one_at_a_time = true;
+  alone.threads = 1;
+  alone.kv_cache_dtype = DType::kBFloat16;
+  const Result oracle = Run(*w, prompts, max_tokens, alone);
+  ASSERT_EQ(oracle.logits.size(), 32u * max_tokens);
+  {
+    Scenario fp32 = alone;
+    fp32.kv_cache_dtype = DType::kFloat32;
+    const Result r = Run(*w, prompts, max_tokens, fp32);
+    int differ = 0, shared = 0;
+    for (const auto& [history, logits] : oracle.logits) {
+      auto it = r.logits.find(history);
+      if (it == r.logits.end()) continue;
+      ++shared;
+      differ += std::memcmp(it->second.data(), logits.data(), logits.size() * 4) != 0;
+    }
+    EXPECT_GT(shared, 0);
+    EXPECT_GT(differ, shared / 2) << "a bf16 cache gave the fp32 cache's logits";
+  }
+  {
+    SCOPED_TRACE("batch of 32");
+    Scenario crowd;
+    crowd.kv_cache_dtype = DType::kBFloat16;
+    const Result r = Run(*w, prompts, max_tokens, crowd);
+    EXPECT_GE(r.stats.max_running, 32);
+    ExpectBitwiseSame(r, oracle.logits, oracle.logits.size());
+  }
+  {
+    SCOPED_TRACE("prefill chunks of 3, block size 1");
+    Scenario sc;
+    sc.long_prefill_token_threshold = 3;
+    sc.block_size = 1;
+    sc.num_blocks = 8192;
+    sc.kv_cache_dtype = DType::kBFloat16;
+    ExpectBitwiseSame(Run(*w, prompts, max_tokens, sc), oracle.logits, oracle.logits.size());
+  }
+  {
+    SCOPED_TRACE("preemption storm, block size 16, prefix caching");
+    Scenario sc;  // 32 requests of up to 64 tokens in 128 slots
+    sc.num_blocks = 8;
+    sc.prefix_caching = true;
+    sc.max_num_batched_tokens = 256;
+    sc.kv_cache_dtype = DType::kBFloat16;
+    const Result r = Run(*w, prompts, max_tokens, sc);
+    int preempted = 0;
+    for (const auto& [id, count] : r.stats.preemptions_of) preempted += count > 0;
+    EXPECT_GT(preempted, 0);
     ExpectBitwiseSame(r, oracle.logits, oracle.logits.size());
   }
 }

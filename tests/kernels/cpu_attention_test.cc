@@ -6,7 +6,9 @@
 // registers one head at a time) where the CPU and head_dim allow; they must give these bits on
 // every head_dim (vector widths and not), GQA ratio, batch size (one head per work item below 8
 // tokens, all heads per item from 8), block size and thread count, and so must the portable loops
-// (SetCpuAttentionVectorsForTesting(false)).
+// (SetCpuAttentionVectorsForTesting(false)); on an fp32 cache and on a bf16 one (--kv-cache-dtype
+// bfloat16: the same order over the widened elements). WriteKvCache rounds to bf16 as CUDA's
+// __float2bfloat16_rn does.
 //
 // This file must not contract a * b + c into an fma: it is compiled without an FMA target (the
 // project passes no -march), so it cannot.
@@ -62,6 +64,21 @@ void ScalarHead(const float* q, const std::vector<const float*>& k,
   }
 }
 
+// x rounded to bf16 (nearest, ties to even), as the bits; NaN stays NaN.
+uint16_t Bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (std::isnan(x)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float Widen(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 struct Case {
   int32_t block_size, num_heads, num_kv_heads, head_dim;
   std::vector<int32_t> context_lens;  // one decode token per sequence at position len - 1
@@ -73,8 +90,8 @@ std::string Describe(const Case& c, int threads) {
          std::to_string(c.context_lens.size()) + " tokens, " + std::to_string(threads) + " threads";
 }
 
-void ExpectScalarBits(const Case& c, int threads, uint32_t seed) {
-  SCOPED_TRACE(Describe(c, threads));
+void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DType::kFloat32) {
+  SCOPED_TRACE(Describe(c, threads) + (kv == DType::kBFloat16 ? ", bf16 cache" : ", fp32 cache"));
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
   const int32_t n = static_cast<int32_t>(c.context_lens.size());
@@ -103,6 +120,16 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed) {
   for (float& x : k_cache) x = dist(rng);
   for (float& x : v_cache) x = dist(rng);
   for (float& x : q) x = dist(rng);
+  // A bf16 cache: the backend gets the bits, the reference their widened values.
+  std::vector<uint16_t> k_bits(cache_floats), v_bits(cache_floats);
+  if (kv == DType::kBFloat16) {
+    for (size_t i = 0; i < cache_floats; ++i) {
+      k_bits[i] = Bf16(k_cache[i]);
+      v_bits[i] = Bf16(v_cache[i]);
+      k_cache[i] = Widen(k_bits[i]);
+      v_cache[i] = Widen(v_bits[i]);
+    }
+  }
 
   std::vector<float> want(static_cast<size_t>(n) * c.num_heads * hd);
   for (int32_t s = 0; s < n; ++s) {
@@ -120,8 +147,10 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed) {
     }
   }
 
-  std::unique_ptr<Backend> backend = CreateCpuBackend(threads);
+  std::unique_ptr<Backend> backend = CreateCpuBackend(threads, kv);
   ASSERT_TRUE(backend->is_host());
+  ASSERT_EQ(backend->kv_cache_dtype(), kv);
+  const bool bf16 = kv == DType::kBFloat16;
   AttentionMetadata meta;
   meta.num_tokens = n;
   meta.num_seqs = n;
@@ -131,8 +160,10 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed) {
   meta.max_blocks_per_seq = max_blocks;
   meta.block_size = bs;
   std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
-  backend->PagedAttention(q.data(), q_stride, k_cache.data(), v_cache.data(), meta, c.num_heads,
-                          c.num_kv_heads, hd, got.data());
+  backend->PagedAttention(q.data(), q_stride,
+                          bf16 ? static_cast<const void*>(k_bits.data()) : k_cache.data(),
+                          bf16 ? static_cast<const void*>(v_bits.data()) : v_cache.data(), meta,
+                          c.num_heads, c.num_kv_heads, hd, got.data());
   ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
       << "first difference at element "
       << std::mismatch(
@@ -144,21 +175,75 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed) {
 }
 
 TEST(CpuAttentionTest, EqualsTheScalarOrderBitwiseOnEveryHeadDim) {
-  for (const bool vectors : {true, false}) {
-    SCOPED_TRACE(vectors ? "vector paths" : "portable loops");
-    SetCpuAttentionVectorsForTesting(vectors);
-    uint32_t seed = 40;
-    for (int32_t head_dim : {8, 16, 20, 48, 64, 80, 128, 136, 256}) {
-      for (int threads : {1, 2}) {
-        // 3 tokens: one head per work item; 9 tokens: every head of a token in one item (8
-        // heads: one group of 8 for head_dim <= 48, else a group and singles).
-        ExpectScalarBits({16, 4, 4, head_dim, {1, 17, 40}}, threads, ++seed);
-        ExpectScalarBits({4, 8, 2, head_dim, {1, 2, 5, 16, 17, 33, 64, 97, 3}}, threads, ++seed);
-        ExpectScalarBits({1, 6, 1, head_dim, {7, 30, 2, 9, 11, 12, 13, 14, 50}}, threads, ++seed);
+  for (const DType kv : {DType::kFloat32, DType::kBFloat16}) {
+    for (const bool vectors : {true, false}) {
+      SCOPED_TRACE(vectors ? "vector paths" : "portable loops");
+      SetCpuAttentionVectorsForTesting(vectors);
+      uint32_t seed = 40;
+      for (int32_t head_dim : {8, 16, 20, 48, 64, 80, 128, 136, 256}) {
+        for (int threads : {1, 2}) {
+          // 3 tokens: one head per work item; 9 tokens: every head of a token in one item (8
+          // heads: one group of 8 for head_dim <= 48, else a group and singles).
+          ExpectScalarBits({16, 4, 4, head_dim, {1, 17, 40}}, threads, ++seed, kv);
+          ExpectScalarBits({4, 8, 2, head_dim, {1, 2, 5, 16, 17, 33, 64, 97, 3}}, threads, ++seed,
+                           kv);
+          ExpectScalarBits({1, 6, 1, head_dim, {7, 30, 2, 9, 11, 12, 13, 14, 50}}, threads, ++seed,
+                           kv);
+        }
       }
     }
   }
   SetCpuAttentionVectorsForTesting(true);
+}
+
+// WriteKvCache into a bf16 cache: nearest with ties to even (what the CUDA backend's
+// __float2bfloat16_rn gives), signs and infinities kept, a NaN stays a NaN (also one whose payload
+// is only in the low 16 bits), slot -1 skipped; the fp32 cache is a copy.
+TEST(CpuAttentionTest, WriteKvCacheRoundsToBf16NearestEven) {
+  auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  const std::vector<float> values = {
+      1.0f,
+      bits(0x3f808000u),  // halfway between 0x3f80 and 0x3f81: ties to even, 0x3f80
+      bits(0x3f818000u),  // halfway between 0x3f81 and 0x3f82: ties to even, 0x3f82
+      bits(0x3f808001u),  // just above halfway: up, 0x3f81
+      bits(0x3f807fffu),  // just below halfway: down, 0x3f80
+      -2.5f,
+      -0.0f,
+      std::numeric_limits<float>::infinity(),
+      -std::numeric_limits<float>::infinity(),
+      bits(0x7f800001u),  // a NaN with its payload in the low bits only
+      bits(0x7f7fffffu),  // FLT_MAX rounds up to infinity, as __float2bfloat16_rn
+      1e-40f,             // a subnormal
+  };
+  const std::vector<uint16_t> want = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x3f80, 0xc020,
+                                      0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f80, 0x0001};
+  const int32_t width = static_cast<int32_t>(values.size());
+  std::unique_ptr<Backend> backend = CreateCpuBackend(1, DType::kBFloat16);
+  EXPECT_EQ(backend->KvCacheElementBytes(), 2u);
+  std::vector<uint16_t> k(3 * width, 0x1234), v(3 * width, 0x1234);
+  std::vector<float> rows(2 * width);
+  std::copy(values.begin(), values.end(), rows.begin());
+  std::transform(values.begin(), values.end(), rows.begin() + width, [](float x) { return -x; });
+  const std::vector<int64_t> slots = {2, -1};
+  // Row 0 (values) to slot 2, row 1 (-values) to slot -1: skipped.
+  backend->WriteKvCache(rows.data(), rows.data(), width, slots.data(), 2, width, k.data(),
+                        v.data());
+  for (int32_t i = 0; i < width; ++i) {
+    EXPECT_EQ(k[2 * width + i], want[i]) << "element " << i;
+    EXPECT_EQ(v[2 * width + i], want[i]) << "element " << i;
+    EXPECT_EQ(k[i], 0x1234);  // slots 0 and 1 untouched, slot -1 skipped
+    EXPECT_EQ(k[width + i], 0x1234);
+  }
+  std::unique_ptr<Backend> fp32 = CreateCpuBackend(1);
+  EXPECT_EQ(fp32->KvCacheElementBytes(), 4u);
+  std::vector<float> kf(width), vf(width);
+  const int64_t slot0 = 0;
+  fp32->WriteKvCache(values.data(), values.data(), width, &slot0, 1, width, kf.data(), vf.data());
+  EXPECT_EQ(std::memcmp(kf.data(), values.data(), 4 * width), 0);
 }
 
 }  // namespace

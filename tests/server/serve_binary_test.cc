@@ -299,12 +299,12 @@ TEST_F(ServeProcessTest, OverlapGrammarMasksTakesAutoOnOrOff) {
   }
 }
 
-// --kv-cache-dtype (vLLM's flag): the CPU backend's cache is fp32, so auto serves and reports
-// cache_dtype="float32" in vllm:cache_config_info (the dtype held, not the flag's "auto"); bfloat16
-// on the CPU, fp8 (not implemented yet) and an unknown value stop before listening, saying why.
+// --kv-cache-dtype (vLLM's flag) on the CPU: auto serves an fp32 cache and bfloat16 a bf16 one,
+// each reported in vllm:cache_config_info as the dtype held (not the flag's "auto"), and a
+// completion works on both; fp8 (not implemented yet) and an unknown value stop before listening,
+// saying why.
 TEST_F(ServeProcessTest, KvCacheDtypeIsReportedAndRefusedWhereItCannotBeHad) {
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"bfloat16", "--kv-cache-dtype bfloat16 needs --device cuda"},
       {"fp8", "--kv-cache-dtype fp8 is not implemented yet"},
       {"int3", "--kv-cache-dtype must be auto, bfloat16 or float32, got 'int3'"}};
   for (const auto& [value, message] : refused) {
@@ -315,13 +315,22 @@ TEST_F(ServeProcessTest, KvCacheDtypeIsReportedAndRefusedWhereItCannotBeHad) {
     EXPECT_NE(log.find(message), std::string::npos) << log;
     EXPECT_EQ(log.find("on http://"), std::string::npos) << log;
   }
-  Start({"--device", "cpu", "--kv-cache-dtype", "auto"}, "kv_dtype_auto");
-  if (HasFatalFailure()) return;
-  httplib::Client client("127.0.0.1", port_);
-  auto metrics = client.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("cache_dtype=\"float32\""), std::string::npos) << metrics->body;
-  EXPECT_EQ(StopWith(SIGTERM), 0) << ReadFile(log_path_);
+  for (const auto& [value, held] : std::vector<std::pair<std::string, std::string>>{
+           {"auto", "float32"}, {"bfloat16", "bfloat16"}}) {
+    Start({"--device", "cpu", "--kv-cache-dtype", value}, "kv_dtype_" + value);
+    if (HasFatalFailure()) return;
+    httplib::Client client("127.0.0.1", port_);
+    auto metrics = client.Get("/metrics");
+    ASSERT_TRUE(metrics) << value;
+    EXPECT_NE(metrics->body.find("cache_dtype=\"" + held + "\""), std::string::npos)
+        << metrics->body;
+    auto done = client.Post("/v1/completions",
+                            R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})",
+                            "application/json");
+    ASSERT_TRUE(done) << value;
+    EXPECT_EQ(done->status, 200) << value << ": " << done->body;
+    EXPECT_EQ(StopWith(SIGTERM), 0) << ReadFile(log_path_);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ServeBinaryTest, ::testing::Values(SIGTERM, SIGINT),
