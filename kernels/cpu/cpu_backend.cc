@@ -1,5 +1,8 @@
 // The CPU backend: fp32 ops over host memory on one thread pool; the packed GEMM of
-// kernels/cpu/packed_gemm.h for every matrix product.
+// kernels/cpu/packed_gemm.h for every matrix product. The KV cache holds fp32 or (asked for) bf16
+// elements; attention widens bf16 exactly and computes in fp32 in the same order. The attention
+// loops have AVX2 / AVX-512 forms that give the portable loops' bits (this file is compiled with
+// -ffp-contract=off, kernels/CMakeLists.txt).
 //
 // Numerics follow llama2.c's run.c where it matters for token-exact parity: sequential float
 // accumulation in RMSNorm and attention, division by sqrtf(head_dim), powf/cosf/sinf RoPE.
@@ -44,11 +47,6 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
   for (int32_t j = 0; j < dim; ++j) out[j] = weight[j] * (ss * x[j]);
 }
 
-// sum of a[i] * b[i] over i < n in a fixed order that depends on n only: eight lane sums (lane l
-// takes i = l, l + 8, ... in order; a product, then an add), combined as an 8-lane vector's
-// horizontal sum does, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
-// the tail i >= n - n % 8 in order. Eight independent chains instead of one: attention's q.k
-// was latency-bound on one (34% of a batch-32 decode step).
 // A KV cache element: fp32, or bf16 kept as its 16 bits (kv_cache_dtype() bf16), which widen to
 // fp32 exactly (the bits << 16); attention computes in fp32 either way.
 using Bf16Bits = uint16_t;
@@ -71,6 +69,11 @@ inline Bf16Bits RoundToBf16Bits(float x) {
   return static_cast<Bf16Bits>(u >> 16);
 }
 
+// sum of a[i] * b[i] over i < n in a fixed order that depends on n only: eight lane sums (lane l
+// takes i = l, l + 8, ... in order; a product, then an add), combined as an 8-lane vector's
+// horizontal sum does, ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then
+// the tail i >= n - n % 8 in order. Eight independent chains instead of one: attention's q.k
+// was latency-bound on one (34% of a batch-32 decode step).
 template <typename T>
 float LaneDotPortable(const float* a, const T* b, int32_t n) {
   float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
