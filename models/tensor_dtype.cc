@@ -57,13 +57,6 @@ std::optional<TensorDtype> ParseTorchDtype(std::string_view name) {
   return std::nullopt;
 }
 
-uint16_t F32ToBf16(float f) {
-  const uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
-  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);  // to nearest, ties to even
-  return static_cast<uint16_t>((u + rounding) >> 16);
-}
-
 float F16ToF32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;

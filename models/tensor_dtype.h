@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "base/bf16.h"
+
 namespace tinyserve {
 
 enum class TensorDtype { kF32, kF16, kBF16 };
@@ -22,14 +24,7 @@ std::optional<TensorDtype> ParseTorchDtype(std::string_view name);
 const char* TorchDtypeName(TensorDtype dtype);
 inline int64_t TensorDtypeBytes(TensorDtype dtype) { return dtype == TensorDtype::kF32 ? 4 : 2; }
 
-inline float Bf16ToF32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t F32ToBf16(float f);
+// Bf16ToF32 and F32ToBf16: base/bf16.h.
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
 

@@ -26,6 +26,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "base/bf16.h"
+
 #include "kernels/backend.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/quant_gemm.h"
@@ -47,27 +49,12 @@ void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, flo
   for (int32_t j = 0; j < dim; ++j) out[j] = weight[j] * (ss * x[j]);
 }
 
-// A KV cache element: fp32, or bf16 kept as its 16 bits (kv_cache_dtype() bf16), which widen to
-// fp32 exactly (the bits << 16); attention computes in fp32 either way.
+// A KV cache element: fp32, or bf16 kept as its 16 bits (kv_cache_dtype() bf16), written with
+// F32ToBf16 and widened exactly with Bf16ToF32 (base/bf16.h); attention computes in fp32 either
+// way.
 using Bf16Bits = uint16_t;
 inline float Widen(float x) { return x; }
-inline float Widen(Bf16Bits b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-// x rounded to bf16, nearest with ties to even, as CUDA's __float2bfloat16_rn; a NaN stays a
-// (quiet) NaN and infinities stay infinite.
-inline Bf16Bits RoundToBf16Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) {
-    return static_cast<Bf16Bits>((u >> 16) | ((u & 0x007fffffu) != 0 ? 0x0040u : 0u));
-  }
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<Bf16Bits>(u >> 16);
-}
+inline float Widen(Bf16Bits b) { return Bf16ToF32(b); }
 
 // sum of a[i] * b[i] over i < n in a fixed order that depends on n only: eight lane sums (lane l
 // takes i = l, l + 8, ... in order; a product, then an add), combined as an 8-lane vector's
@@ -249,22 +236,6 @@ void WeightedValues(int32_t, int32_t, const float*, int32_t, const int32_t*, con
 constexpr int32_t kMaxHeads = 256;
 
 bool g_attention_vectors = true;  // SetCpuAttentionVectorsForTesting
-
-bool HasAvx2() {
-#if defined(__x86_64__)
-  return g_attention_vectors && __builtin_cpu_supports("avx2");
-#else
-  return false;
-#endif
-}
-
-bool HasAvx512() {
-#if defined(__x86_64__)
-  return g_attention_vectors && __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
-}
 
 class CpuBackend final : public Backend {
  public:
@@ -472,8 +443,8 @@ class CpuBackend final : public Backend {
         Bf16Bits* kc = static_cast<Bf16Bits*>(k_cache_raw) + slot * kv_width;
         Bf16Bits* vc = static_cast<Bf16Bits*>(v_cache_raw) + slot * kv_width;
         for (int32_t i = 0; i < kv_width; ++i) {
-          kc[i] = RoundToBf16Bits(kt[i]);
-          vc[i] = RoundToBf16Bits(vt[i]);
+          kc[i] = F32ToBf16(kt[i]);
+          vc[i] = F32ToBf16(vt[i]);
         }
       } else {
         std::memcpy(static_cast<float*>(k_cache_raw) + slot * kv_width, kt,
@@ -543,9 +514,14 @@ class CpuBackend final : public Backend {
     int64_t flops = 0;
     for (int32_t t = 0; t < meta.num_tokens; ++t) flops += meta.positions[t] + 1;
     flops *= 4LL * num_heads * head_dim;
-    const bool avx2 = HasAvx2();
-    // The values in registers (one head at a time) where AVX-512 and head_dim allow.
-    const int32_t value_vectors = HasAvx512() && head_dim % 16 == 0 &&
+#if defined(__x86_64__)
+    const bool avx2 = g_attention_vectors && __builtin_cpu_supports("avx2");
+    const bool avx512 = g_attention_vectors && __builtin_cpu_supports("avx512f");
+#else
+    const bool avx2 = false, avx512 = false;
+#endif
+    // The values in registers (a group of heads at a time) where AVX-512 and head_dim allow.
+    const int32_t value_vectors = avx512 && head_dim % 16 == 0 &&
                                           head_dim / 16 <= kMaxValueVectors &&
                                           heads_per_item <= kMaxHeads
                                       ? head_dim / 16
@@ -618,10 +594,8 @@ class CpuBackend final : public Backend {
       GemmPackedPanels(x, packed, m, n, k, 0, panels, y);
       return;
     }
-    // Ranges in multiples of the kernel's tile where there are enough panels, so that no range
-    // ends in a narrower tile.
-    const int32_t tile = PackedGemmTilePanels(m);
-    const int32_t unit = panels >= tile * parts ? tile : 1;
+    // Ranges in multiples of 4 panels (the widest tile) where there are enough of them.
+    const int32_t unit = panels >= 4 * parts ? 4 : 1;
     const int32_t per = (panels + parts * unit - 1) / (parts * unit) * unit;
     pool_->ParallelFor(parts, [&](int64_t part) {
       const int32_t pb0 = std::min<int32_t>(panels, static_cast<int32_t>(part) * per);

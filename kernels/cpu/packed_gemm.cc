@@ -253,11 +253,6 @@ void GemmReference(const float* x, const float* w, int32_t m, int32_t n, int32_t
 
 const char* PackedGemmIsa() { return ActiveIsa()->name; }
 
-int32_t PackedGemmTilePanels(int32_t m) {
-  const Isa& isa = *ActiveIsa();
-  return m == 1 ? isa.single_panels : isa.max_panels;
-}
-
 bool SetPackedGemmIsaForTesting(const char* isa) {
   const std::string_view want(isa);
   if (want == "best") {

@@ -51,10 +51,6 @@ void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n,
 // compared with bitwise in tests/kernels.  x [m, k], w [n, k], y [m, n].
 void GemmReference(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y);
 
-// Panels per tile of the kernel GemmPackedPanels runs for m rows: a caller that splits the
-// panels between threads keeps its ranges multiples of this where it can.
-int32_t PackedGemmTilePanels(int32_t m);
-
 // Which kernel GemmPackedPanels runs on this CPU: "avx512", "avx2" or "portable".
 const char* PackedGemmIsa();
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/bf16.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -62,21 +63,6 @@ void ScalarHead(const float* q, const std::vector<const float*>& k,
   for (int32_t p = 0; p < len; ++p) {
     for (int32_t i = 0; i < head_dim; ++i) out[i] += a[p] * v[p][i];
   }
-}
-
-// x rounded to bf16 (nearest, ties to even), as the bits; NaN stays NaN.
-uint16_t Bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if (std::isnan(x)) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float Widen(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 struct Case {
@@ -124,10 +110,10 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
   std::vector<uint16_t> k_bits(cache_floats), v_bits(cache_floats);
   if (kv == DType::kBFloat16) {
     for (size_t i = 0; i < cache_floats; ++i) {
-      k_bits[i] = Bf16(k_cache[i]);
-      v_bits[i] = Bf16(v_cache[i]);
-      k_cache[i] = Widen(k_bits[i]);
-      v_cache[i] = Widen(v_bits[i]);
+      k_bits[i] = F32ToBf16(k_cache[i]);
+      v_bits[i] = F32ToBf16(v_cache[i]);
+      k_cache[i] = Bf16ToF32(k_bits[i]);
+      v_cache[i] = Bf16ToF32(v_bits[i]);
     }
   }
 
