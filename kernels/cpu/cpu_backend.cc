@@ -5,7 +5,9 @@
 // -ffp-contract=off, kernels/CMakeLists.txt).
 //
 // Numerics follow llama2.c's run.c where it matters for token-exact parity: sequential float
-// accumulation in RMSNorm and attention, division by sqrtf(head_dim), powf/cosf/sinf RoPE.
+// accumulation in RMSNorm and attention, division by sqrtf(head_dim), powf/cosf/sinf RoPE. The
+// softmax and SiLU take exp from ExpF (float_exp.h): under 1 ulp from exp, the same bits on every
+// machine and vector width (libm's expf is neither fixed nor vectorised).
 //
 // Batch invariance: every reduction has one order per output element that depends on nothing but
 // that element's own inputs. RMSNorm sums a row left to right; attention sums a (token, head)'s
@@ -29,6 +31,7 @@
 #include "base/bf16.h"
 
 #include "kernels/backend.h"
+#include "kernels/cpu/float_exp.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -470,13 +473,7 @@ class CpuBackend final : public Backend {
   void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
     For(static_cast<int64_t>(n) * hidden > 65536, n, [&](int64_t t) {
       const float* g = gate_up + t * 2 * hidden;
-      const float* u = g + hidden;
-      float* o = out + t * hidden;
-      for (int32_t i = 0; i < hidden; ++i) {
-        float val = g[i];
-        val *= 1.0f / (1.0f + std::exp(-val));
-        o[i] = val * u[i];
-      }
+      SiluAndMulRow(g, g + hidden, hidden, out + t * hidden);
     });
   }
 
@@ -550,11 +547,10 @@ class CpuBackend final : public Backend {
         float* a = att.data() + static_cast<size_t>(u) * len;
         float max_score = -INFINITY;
         for (int32_t p = 0; p < len; ++p) max_score = std::max(max_score, a[p]);
+        for (int32_t p = 0; p < len; ++p) a[p] -= max_score;
+        ExpF(a, len, a);
         float sum = 0.0f;
-        for (int32_t p = 0; p < len; ++p) {
-          a[p] = std::exp(a[p] - max_score);
-          sum += a[p];
-        }
+        for (int32_t p = 0; p < len; ++p) sum += a[p];
         for (int32_t p = 0; p < len; ++p) a[p] /= sum;
       }
       float* ot = out + static_cast<size_t>(t) * num_heads * head_dim;

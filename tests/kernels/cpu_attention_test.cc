@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/float_exp.h"
 
 namespace tinyserve {
 namespace {
@@ -55,7 +56,7 @@ void ScalarHead(const float* q, const std::vector<const float*>& k,
   }
   float sum = 0.0f;
   for (int32_t p = 0; p < len; ++p) {
-    a[p] = std::exp(a[p] - max_score);
+    a[p] = ExpF(a[p] - max_score);
     sum += a[p];
   }
   for (int32_t p = 0; p < len; ++p) a[p] /= sum;
