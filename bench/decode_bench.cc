@@ -8,6 +8,7 @@
 //   decode_bench [--presets stories260K,stories15M,stories110M] [--threads 1,2] [--batch 1,32]
 //                [--decode-tokens 32] [--prompt-len 16] [--model-dir DIR]
 //                [--model PATH[,PATH]] (HF directories, GGUF files or llama2.c checkpoints)
+//                [--kv-cache-dtype float32|bfloat16]
 //
 // Benchmark-shape checkpoints (random weights, seed 1) are written to --model-dir once and reused.
 // Batched rows also report the matrix GFLOP/s (2 x matrix parameters per token) against the fp32
@@ -179,7 +180,12 @@ int Main(int argc, char** argv) {
   app.add_option("--model", models,
                  "comma-separated model paths (HF directory, GGUF file or llama2.c checkpoint) "
                  "instead of --presets");
+  std::string kv_dtype = "float32";
+  app.add_option("--kv-cache-dtype", kv_dtype,
+                 "KV cache dtype: float32 or bfloat16 (llama.cpp's default cache is f16, 2 bytes)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   CLI11_PARSE(app, argc, argv);
+  const DType kv_cache_dtype = kv_dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
   std::filesystem::create_directories(model_dir);
 
   std::printf(
@@ -190,8 +196,9 @@ int Main(int argc, char** argv) {
     const int nt = std::stoi(threads_str);
     const double bandwidth = MeasureReadBandwidth(nt);
     const double fma_peak = MeasureFmaPeak(nt);
-    std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s; fp32 FMA peak: %.1f GFLOP/s\n", nt,
-                 bandwidth / 1e9, fma_peak / 1e9);
+    std::fprintf(
+        stderr, "read bandwidth, %d threads: %.2f GB/s; fp32 FMA peak: %.1f GFLOP/s; KV cache %s\n",
+        nt, bandwidth / 1e9, fma_peak / 1e9, kv_dtype.c_str());
     for (const std::string& name : SplitCommas(models.empty() ? presets : models)) {
       std::string path = name;
       if (models.empty()) {
@@ -227,7 +234,7 @@ int Main(int argc, char** argv) {
         o.block_size = 16;
         o.max_model_len = std::min(c.max_seq_len, prompt_len + decode_tokens + 16);
         o.num_kv_blocks = batch * ((o.max_model_len + 15) / 16);
-        auto runner = ModelRunner::Create(*weights, CreateCpuBackend(nt), o);
+        auto runner = ModelRunner::Create(*weights, CreateCpuBackend(nt, kv_cache_dtype), o);
         if (!runner.ok()) {
           std::fprintf(stderr, "%s\n", runner.status().message().c_str());
           return 1;

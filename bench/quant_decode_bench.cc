@@ -6,7 +6,7 @@
 //
 //   quant_decode_bench [--preset stories110M] [--types f32,q8_0,q4_k] [--threads 2]
 //                      [--batch 1,32] [--rounds 5] [--decode-tokens 32] [--prompt-len 16]
-//                      [--model-dir DIR] [--isa best]
+//                      [--model-dir DIR] [--isa best] [--kv-cache-dtype float32|bfloat16]
 // --isa avx512vnni,avx2 runs each quantized type on each of the quantized kernels' instruction
 // sets (kernels/cpu/quant_gemm.h), alternating with the rest, so they compare in one run.
 #include <CLI/CLI.hpp>
@@ -91,7 +91,7 @@ int Main(int argc, char** argv) {
   int threads = 2, rounds = 5;
   int32_t decode_tokens = 32, prompt_len = 16;
   std::string model_dir = (std::filesystem::temp_directory_path() / "tinyserve-bench").string();
-  std::string isas = "best";
+  std::string isas = "best", kv_dtype = "float32";
   app.add_option("--preset", preset_name, "model shape (models/presets.h)");
   app.add_option("--types", types, "comma-separated: f32, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m");
   app.add_option("--threads", threads, "CPU backend threads");
@@ -103,7 +103,11 @@ int Main(int argc, char** argv) {
   app.add_option("--isa", isas,
                  "comma-separated quantized-kernel instruction sets: best, avx512vnni, avx2, "
                  "portable");
+  app.add_option("--kv-cache-dtype", kv_dtype,
+                 "KV cache dtype: float32 or bfloat16 (llama.cpp's default cache is f16, 2 bytes)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   CLI11_PARSE(app, argc, argv);
+  const DType kv_cache_dtype = kv_dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
   for (const std::string& isa : SplitCommas(isas)) {
     if (!SetQuantDotIsaForTesting(isa.c_str()))
       return std::fprintf(stderr, "--isa %s: not on this CPU\n", isa.c_str()), 1;
@@ -159,7 +163,8 @@ int Main(int argc, char** argv) {
     }
   }
   const double bandwidth = ReadBandwidth(threads);
-  std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s\n", threads, bandwidth / 1e9);
+  std::fprintf(stderr, "read bandwidth, %d threads: %.2f GB/s; KV cache %s\n", threads,
+               bandwidth / 1e9, kv_dtype.c_str());
   std::printf(
       "| model | type | kernels | weight MB/step | threads | batch | tok/s (median of %d) | x %s | "
       "floor tok/s (batch 1) | of floor |\n|---|---|---|---|---|---|---|---|---|---|\n",
@@ -172,7 +177,7 @@ int Main(int argc, char** argv) {
       o.block_size = 16;
       o.max_model_len = std::min(m.weights->config.max_seq_len, prompt_len + decode_tokens + 16);
       o.num_kv_blocks = batch * ((o.max_model_len + 15) / 16);
-      auto r = ModelRunner::Create(m.weights, CreateCpuBackend(threads), o);
+      auto r = ModelRunner::Create(m.weights, CreateCpuBackend(threads, kv_cache_dtype), o);
       if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
       if (m.isa != "-") SetQuantDotIsaForTesting(m.isa.c_str());
       (void)Decode(**r, batch, prompt_len, 2);  // warm-up
