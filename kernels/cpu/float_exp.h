@@ -15,8 +15,9 @@
 //   tests/kernels/float_exp_test.cc checks a sample of 2 million).
 //
 // ExpF(x, n, y) gives y[i] = ExpF(x[i]) for i < n, bit for bit, sixteen at a time with AVX-512
-// where the CPU has it. SiluAndMulRow gives out[i] = (g[i] * (1 / (1 + ExpF(-g[i])))) * u[i],
-// rounded in that order, the same way. x == y (in place) is allowed; other overlaps are not.
+// or eight with AVX2, whichever is the widest the CPU has. SiluAndMulRow gives out[i] = (g[i] * (1
+// / (1 + ExpF(-g[i])))) * u[i], rounded in that order, the same way. x == y (in place) is allowed;
+// other overlaps are not.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +27,10 @@ namespace tinyserve {
 float ExpF(float x);
 void ExpF(const float* x, int32_t n, float* y);
 void SiluAndMulRow(const float* g, const float* u, int32_t n, float* out);
+
+// Tests and benchmarks only: which form the row functions take, "best" (the default), "avx512",
+// "avx2" or "portable" (the scalar definition); false, and nothing changed, where this CPU lacks
+// it. Not thread-safe: call it while nothing else runs them.
+bool SetFloatExpIsaForTesting(const char* isa);
 
 }  // namespace tinyserve

@@ -1,7 +1,7 @@
-// ExpF and SiluAndMulRow (kernels/cpu/float_exp.h): the row forms (sixteen lanes at a time where
-// the CPU has AVX-512, the scalar definition on the tails) give the scalar definition's bits on
-// every input, special values included, at every length and offset; ExpF is within 1 ulp of exp
-// computed in double (0.990 at worst over every float, swept by hand); the edges of its range
+// ExpF and SiluAndMulRow (kernels/cpu/float_exp.h): the row forms (AVX-512's sixteen lanes,
+// AVX2's eight, the scalar definition on the tails; each this CPU has) give the scalar definition's
+// bits on every input, special values included, at every length and offset; ExpF is within 1 ulp of
+// exp computed in double (0.990 at worst over every float, swept by hand); the edges of its range
 // are where the header says. (SiluAndMulRow: NaN results only need to be NaN, any sign.)
 #include "kernels/cpu/float_exp.h"
 
@@ -51,7 +51,17 @@ std::vector<float> Inputs() {
   return xs;
 }
 
-TEST(FloatExpTest, RowFormGivesTheScalarBitsAtEveryLengthAndOffset) {
+// The row forms this CPU can run.
+std::vector<const char*> Isas() {
+  std::vector<const char*> isas;
+  for (const char* isa : {"avx512", "avx2", "portable"}) {
+    if (SetFloatExpIsaForTesting(isa)) isas.push_back(isa);
+  }
+  SetFloatExpIsaForTesting("best");
+  return isas;
+}
+
+void CheckRows() {
   const std::vector<float> xs = Inputs();
   std::vector<float> y(xs.size());
   ExpF(xs.data(), static_cast<int32_t>(xs.size()), y.data());
@@ -72,6 +82,15 @@ TEST(FloatExpTest, RowFormGivesTheScalarBitsAtEveryLengthAndOffset) {
   std::vector<float> in_place = xs;
   ExpF(in_place.data(), static_cast<int32_t>(in_place.size()), in_place.data());
   for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(Bits(in_place[i]), Bits(y[i]));
+}
+
+TEST(FloatExpTest, RowFormGivesTheScalarBitsAtEveryLengthAndOffset) {
+  for (const char* isa : Isas()) {
+    SCOPED_TRACE(isa);
+    ASSERT_TRUE(SetFloatExpIsaForTesting(isa));
+    CheckRows();
+  }
+  SetFloatExpIsaForTesting("best");
 }
 
 TEST(FloatExpTest, IsWithinOneUlpOfExp) {
@@ -122,7 +141,7 @@ TEST(FloatExpTest, RangeEdgesAndSpecialValues) {
   EXPECT_NEAR(ExpF(1.0f), static_cast<float>(M_E), 2e-7f);
 }
 
-TEST(FloatExpTest, SiluAndMulRowGivesTheScalarFormulaBits) {
+void CheckSiluRows() {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-30.0f, 30.0f);
   for (int32_t n : {1, 7, 15, 16, 17, 31, 33, 64, 100, 2048}) {
@@ -147,6 +166,15 @@ TEST(FloatExpTest, SiluAndMulRowGivesTheScalarFormulaBits) {
       }
     }
   }
+}
+
+TEST(FloatExpTest, SiluAndMulRowGivesTheScalarFormulaBits) {
+  for (const char* isa : Isas()) {
+    SCOPED_TRACE(isa);
+    ASSERT_TRUE(SetFloatExpIsaForTesting(isa));
+    CheckSiluRows();
+  }
+  SetFloatExpIsaForTesting("best");
 }
 
 }  // namespace
