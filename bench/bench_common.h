@@ -1,13 +1,16 @@
-// Helpers the CPU benchmarks share: comma-separated option lists, and the streaming read
-// bandwidth that decode's memory floor is measured against.
+// Helpers the CPU benchmarks share: comma-separated option lists, the --kv-cache-dtype option,
+// and the streaming read bandwidth that decode's memory floor is measured against.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "kernels/backend.h"
 
 namespace tinyserve {
 
@@ -21,6 +24,17 @@ inline std::vector<std::string> SplitCommas(const std::string& s) {
     if (end == std::string::npos) return out;
     start = end + 1;
   }
+}
+
+// --kv-cache-dtype float32|bfloat16 on `app`, into *name (float32 unless given); the CPU
+// backend's cache dtype for it is KvCacheDtype(*name) once parsed.
+inline void AddKvCacheDtypeOption(CLI::App& app, std::string* name) {
+  app.add_option("--kv-cache-dtype", *name,
+                 "KV cache dtype: float32 or bfloat16 (llama.cpp's default cache is f16, 2 bytes)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+}
+inline DType KvCacheDtype(const std::string& name) {
+  return name == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
 }
 
 // Best-of-`reps` read bandwidth in bytes/s of `threads` threads summing buf[0..n), each its own

@@ -181,11 +181,9 @@ int Main(int argc, char** argv) {
                  "comma-separated model paths (HF directory, GGUF file or llama2.c checkpoint) "
                  "instead of --presets");
   std::string kv_dtype = "float32";
-  app.add_option("--kv-cache-dtype", kv_dtype,
-                 "KV cache dtype: float32 or bfloat16 (llama.cpp's default cache is f16, 2 bytes)")
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  AddKvCacheDtypeOption(app, &kv_dtype);
   CLI11_PARSE(app, argc, argv);
-  const DType kv_cache_dtype = kv_dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
+  const DType kv_cache_dtype = KvCacheDtype(kv_dtype);
   std::filesystem::create_directories(model_dir);
 
   std::printf(

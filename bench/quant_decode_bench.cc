@@ -103,11 +103,9 @@ int Main(int argc, char** argv) {
   app.add_option("--isa", isas,
                  "comma-separated quantized-kernel instruction sets: best, avx512vnni, avx2, "
                  "portable");
-  app.add_option("--kv-cache-dtype", kv_dtype,
-                 "KV cache dtype: float32 or bfloat16 (llama.cpp's default cache is f16, 2 bytes)")
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  AddKvCacheDtypeOption(app, &kv_dtype);
   CLI11_PARSE(app, argc, argv);
-  const DType kv_cache_dtype = kv_dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
+  const DType kv_cache_dtype = KvCacheDtype(kv_dtype);
   for (const std::string& isa : SplitCommas(isas)) {
     if (!SetQuantDotIsaForTesting(isa.c_str()))
       return std::fprintf(stderr, "--isa %s: not on this CPU\n", isa.c_str()), 1;

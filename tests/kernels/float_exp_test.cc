@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -51,14 +52,14 @@ std::vector<float> Inputs() {
   return xs;
 }
 
-// The row forms this CPU can run.
-std::vector<const char*> Isas() {
-  std::vector<const char*> isas;
+// check() on every row form this CPU can run (SetFloatExpIsaForTesting), then "best" again.
+void OnEveryIsa(const std::function<void()>& check) {
   for (const char* isa : {"avx512", "avx2", "portable"}) {
-    if (SetFloatExpIsaForTesting(isa)) isas.push_back(isa);
+    if (!SetFloatExpIsaForTesting(isa)) continue;
+    SCOPED_TRACE(isa);
+    check();
   }
   SetFloatExpIsaForTesting("best");
-  return isas;
 }
 
 void CheckRows() {
@@ -84,14 +85,7 @@ void CheckRows() {
   for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(Bits(in_place[i]), Bits(y[i]));
 }
 
-TEST(FloatExpTest, RowFormGivesTheScalarBitsAtEveryLengthAndOffset) {
-  for (const char* isa : Isas()) {
-    SCOPED_TRACE(isa);
-    ASSERT_TRUE(SetFloatExpIsaForTesting(isa));
-    CheckRows();
-  }
-  SetFloatExpIsaForTesting("best");
-}
+TEST(FloatExpTest, RowFormGivesTheScalarBitsAtEveryLengthAndOffset) { OnEveryIsa(CheckRows); }
 
 TEST(FloatExpTest, IsWithinOneUlpOfExp) {
   double worst_normal = 0, worst_subnormal = 0;
@@ -168,14 +162,7 @@ void CheckSiluRows() {
   }
 }
 
-TEST(FloatExpTest, SiluAndMulRowGivesTheScalarFormulaBits) {
-  for (const char* isa : Isas()) {
-    SCOPED_TRACE(isa);
-    ASSERT_TRUE(SetFloatExpIsaForTesting(isa));
-    CheckSiluRows();
-  }
-  SetFloatExpIsaForTesting("best");
-}
+TEST(FloatExpTest, SiluAndMulRowGivesTheScalarFormulaBits) { OnEveryIsa(CheckSiluRows); }
 
 }  // namespace
 }  // namespace tinyserve
