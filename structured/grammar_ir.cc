@@ -13,6 +13,10 @@ namespace tinyserve::structured {
 namespace {
 
 constexpr int kMaxRepetition = 10000;  // {m,n} bounds above this are refused (grammar size)
+// ( ) groups nested deeper than this are refused: the parser recurses once per level, and a
+// request's grammar must not run a thread out of stack. (A regex allows fewer, regex.cc, so its
+// GBNF always passes.)
+constexpr int kMaxGroupDepth = 1000;
 
 struct Sym {
   bool is_ref = false;
@@ -426,8 +430,13 @@ class Parser {
     }
     if (c == '(') {
       const int open_line = line_;
+      if (group_depth_ == kMaxGroupDepth) {
+        return Error("groups nest deeper than the limit of " + std::to_string(kMaxGroupDepth));
+      }
       ++pos_;
+      ++group_depth_;
       StatusOr<Alts> alts = ParseAlternatives(/*nested=*/true, open_line);
+      --group_depth_;
       if (!alts.ok()) return alts.status();
       if (pos_ >= text_.size() || text_[pos_] != ')') {
         return InvalidArgument("grammar line " + std::to_string(open_line) +
@@ -488,22 +497,30 @@ class Parser {
         }
       }
     }
+    // Depth first with an explicit path (a chain of rules can be as long as the grammar): each
+    // entry is a rule and how many of its first references have been followed.
     std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
     int32_t cycle_at = -1;
-    std::function<void(int32_t)> visit = [&](int32_t r) {
-      color[r] = 1;
-      for (int32_t next : first[r]) {
-        if (cycle_at >= 0) return;
+    std::vector<std::pair<int32_t, size_t>> path;
+    for (size_t start = 0; start < n && cycle_at < 0; ++start) {
+      if (color[start] != 0) continue;
+      color[start] = 1;
+      path.push_back({static_cast<int32_t>(start), 0});
+      while (!path.empty() && cycle_at < 0) {
+        auto& [r, i] = path.back();
+        if (i == first[r].size()) {
+          color[r] = 2;
+          path.pop_back();
+          continue;
+        }
+        const int32_t next = first[r][i++];
         if (color[next] == 1) {
           cycle_at = next;
-          return;
+        } else if (color[next] == 0) {
+          color[next] = 1;
+          path.push_back({next, 0});
         }
-        if (color[next] == 0) visit(next);
       }
-      color[r] = 2;
-    };
-    for (size_t r = 0; r < n && cycle_at < 0; ++r) {
-      if (color[r] == 0) visit(static_cast<int32_t>(r));
     }
     if (cycle_at >= 0) {
       return InvalidArgument("grammar line " + std::to_string(defined_line_[cycle_at]) +
@@ -517,6 +534,7 @@ class Parser {
   std::string_view text_;
   size_t pos_ = 0;
   int line_ = 1;
+  int group_depth_ = 0;  // ( ) groups open at pos_
   std::vector<std::string> names_;
   std::vector<Alts> bodies_;
   std::vector<int> defined_line_;  // 0: not (yet) defined

@@ -148,6 +148,9 @@ std::string SameLength(const std::string& lo, const std::string& hi) {
 
 constexpr uint64_t kNoMax = std::numeric_limits<uint64_t>::max();
 
+// How deep subschemas (properties, items, anyOf, ...) and $refs may nest (Converter::Visit).
+constexpr int kMaxVisitDepth = 256;
+
 // GBNF for the non-negative integers in [lo, hi] (hi kNoMax: unbounded), no leading zeros.
 // REQUIRES: lo <= hi.
 std::string NonNegativeRange(uint64_t lo, uint64_t hi) {
@@ -225,6 +228,19 @@ class Converter {
   }
 
   StatusOr<std::string> Visit(const Json& schema, const std::string& pointer) {
+    // Subschemas and $refs nest at most kMaxVisitDepth deep: each level is a frame of this
+    // recursion, and a chain of $defs that refer to each other is as long as a request makes it.
+    if (visit_depth_ == kMaxVisitDepth) {
+      return Error(pointer, "subschemas and $refs nest deeper than the limit of " +
+                                std::to_string(kMaxVisitDepth));
+    }
+    ++visit_depth_;
+    StatusOr<std::string> out = VisitSchema(schema, pointer);
+    --visit_depth_;
+    return out;
+  }
+
+  StatusOr<std::string> VisitSchema(const Json& schema, const std::string& pointer) {
     if (schema.is_boolean()) {
       if (schema.get<bool>()) return Any();
       return Error(pointer, "schema false matches nothing");
@@ -343,7 +359,7 @@ class Converter {
       }
       if (target->is_object() && target->contains(unescaped)) {
         target = &(*target)[unescaped];
-      } else if (target->is_array() && !unescaped.empty() &&
+      } else if (target->is_array() && !unescaped.empty() && unescaped.size() <= 9 &&
                  unescaped.find_first_not_of("0123456789") == std::string::npos &&
                  std::stoul(unescaped) < target->size()) {
         target = &(*target)[std::stoul(unescaped)];
@@ -646,6 +662,7 @@ class Converter {
   int counter_ = 0;
   bool need_any_ = false;
   std::string patterns_;  // the rules of `pattern` regexes
+  int visit_depth_ = 0;   // Visit calls open
 };
 
 }  // namespace

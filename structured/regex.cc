@@ -66,6 +66,11 @@ std::string JsonEscapeOf(uint32_t cp) {
 
 bool NeedsJsonEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
 
+// Groups nested deeper than this are refused: the parser recurses once per level (and so does
+// the GBNF parser its output goes to, which allows 1000 levels: each regex group may add one
+// for its alternatives, and a char set with escaped chars one more).
+constexpr int kMaxRegexGroupDepth = 300;
+
 const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}};  // \t \n \v \f \r and space
@@ -188,8 +193,12 @@ class RegexParser {
       } else if (i_ < p_.size() && p_[i_] == '+') {
         return Error("possessive quantifier is not supported");
       }
-      if (atom.empty()) continue;
-      (void)at;
+      if (i_ < p_.size() && (p_[i_] == '*' || p_[i_] == '+' || p_[i_] == '?' || p_[i_] == '{')) {
+        // Python's "multiple repeat" (each would also nest the GBNF one level deeper)
+        return ErrorAt(i_, "a quantifier may not follow a quantifier ('" + std::string(1, p_[i_]) +
+                               "' after offset " + std::to_string(at) + ")");
+      }
+      if (atom.empty()) break;
       atom = "( " + atom + " )" + suffix;
     }
     return atom;
@@ -332,6 +341,10 @@ class RegexParser {
       return Error(std::string("quantifier '") + c + "' with nothing to repeat");
     }
     if (c == '(') {
+      if (depth_ == kMaxRegexGroupDepth) {
+        return ErrorAt(
+            at, "groups nest deeper than the limit of " + std::to_string(kMaxRegexGroupDepth));
+      }
       ++i_;
       if (i_ < p_.size() && p_[i_] == '?') {
         if (p_.substr(i_, 2) == "?:") {
@@ -350,7 +363,9 @@ class RegexParser {
           return ErrorAt(at, "unsupported group syntax '(?'");
         }
       }
+      ++depth_;
       StatusOr<std::string> inner = ParseAlternation();
+      --depth_;
       if (!inner.ok()) return inner;
       if (i_ >= p_.size() || p_[i_] != ')') return ErrorAt(at, "unbalanced '(' (no matching ')')");
       ++i_;
@@ -379,6 +394,7 @@ class RegexParser {
   std::string_view p_;
   RegexTarget target_;
   size_t i_ = 0;
+  int depth_ = 0;  // groups open at i_
 };
 
 }  // namespace

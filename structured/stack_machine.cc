@@ -12,28 +12,45 @@ int32_t StackMachine::Intern(int32_t pos, int32_t below) {
   return it->second;
 }
 
+// Depth first over the (position, below) pairs reachable from (pos, below) without consuming a
+// byte, in the order a recursive walk would take (alternatives in order, each explored before the
+// next), so that nodes are interned in that order. The work list is explicit: a chain of rule
+// references, or a run of empty rules, is as long as the grammar a request sent (thousands deep,
+// more than a thread's stack). Each pair is taken once: its outcome does not depend on the path,
+// and ambiguous empty alternatives would otherwise be walked once per path (2^n for n in a row).
 void StackMachine::Expand(int32_t pos, int32_t below, StackSet* out) {
-  const Element& e = grammar_->elements[pos];
-  switch (e.kind) {
-    case Element::Kind::kEnd:
-      if (below == -1) {
-        out->can_end = true;
-      } else if (below == kOutside) {
-        out->popped_outside = true;
-      } else {
-        const Node n = nodes_[below];
-        Expand(n.pos, n.below, out);
+  work_.clear();
+  seen_.clear();
+  work_.push_back({pos, below});
+  while (!work_.empty()) {
+    const auto [p, b] = work_.back();
+    work_.pop_back();
+    const uint64_t key =
+        (static_cast<uint64_t>(static_cast<uint32_t>(p)) << 32) | static_cast<uint32_t>(b);
+    if (!seen_.insert(key).second) continue;
+    const Element& e = grammar_->elements[p];
+    switch (e.kind) {
+      case Element::Kind::kEnd:
+        if (b == -1) {
+          out->can_end = true;
+        } else if (b == kOutside) {
+          out->popped_outside = true;
+        } else {
+          const Node n = nodes_[b];
+          work_.push_back({n.pos, n.below});
+        }
+        break;
+      case Element::Kind::kRuleRef: {
+        const bool tail = grammar_->elements[p + 1].kind == Element::Kind::kEnd;
+        const int32_t ret = tail ? b : Intern(p + 1, b);
+        const std::vector<int32_t>& alts = grammar_->rule_alternatives[e.value];
+        for (auto it = alts.rbegin(); it != alts.rend(); ++it) work_.push_back({*it, ret});
+        break;
       }
-      return;
-    case Element::Kind::kRuleRef: {
-      const bool tail = grammar_->elements[pos + 1].kind == Element::Kind::kEnd;
-      const int32_t ret = tail ? below : Intern(pos + 1, below);
-      for (int32_t alt : grammar_->rule_alternatives[e.value]) Expand(alt, ret, out);
-      return;
+      case Element::Kind::kBytes:
+        out->stacks.push_back(Intern(p, b));
+        break;
     }
-    case Element::Kind::kBytes:
-      out->stacks.push_back(Intern(pos, below));
-      return;
   }
 }
 

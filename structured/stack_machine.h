@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "structured/grammar_ir.h"
@@ -51,12 +53,16 @@ class StackMachine {
     int32_t below;  // -1: the bottom
   };
   int32_t Intern(int32_t pos, int32_t below);
+  // Adds to *out what (pos, below) reaches without consuming a byte: the stacks whose top is a
+  // kBytes element, can_end, popped_outside. Iterative (work_, seen_: scratch).
   void Expand(int32_t pos, int32_t below, StackSet* out);
   static void Finish(StackSet* out);
   // The set after stack `id` consumes a byte its top accepts: the same for every such byte, so
   // it is computed once per node and kept.
   const StackSet& After(int32_t id);
 
+  std::vector<std::pair<int32_t, int32_t>> work_;  // Expand's (pos, below) still to visit
+  std::unordered_set<uint64_t> seen_;              // Expand's visited (pos, below) pairs
   const Grammar* grammar_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> index_;

@@ -41,6 +41,17 @@ ApiErrorOr<nlohmann::json> ParseJsonBody(std::string_view body);
 // (brackets inside strings do not count; malformed text is left to the parser).
 bool JsonDepthAtMost(std::string_view text, int max_depth);
 
+// JSON text found inside a string of a request or in a model's output (a schema or tool arguments
+// sent as a string, a tool call the model wrote) is parsed only when it nests at most
+// kMaxJsonDepth deep, as a body is: the depth check of the body skips strings, and the parsed
+// value's dump, copy and comparison recurse once per level. Returns the parsed value, or a
+// discarded one (is_discarded()) for malformed or too deeply nested text.
+template <typename Json>
+Json ParseJsonText(std::string_view text) {
+  if (!JsonDepthAtMost(text, kMaxJsonDepth)) return Json(Json::value_t::discarded);
+  return Json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
 // "a boolean", "an integer", "a number", "a string", "an array", "an object" by JSON type name.
 std::string JsonTypePhrase(const nlohmann::json& value);
 

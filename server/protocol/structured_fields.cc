@@ -29,8 +29,12 @@ std::optional<ApiError> ReadSchema(const nlohmann::json& value, const std::strin
     return std::nullopt;
   }
   if (value.is_string()) {
-    nlohmann::json parsed = nlohmann::json::parse(value.get_ref<const std::string&>(), nullptr,
-                                                  /*allow_exceptions=*/false);
+    const std::string& text = value.get_ref<const std::string&>();
+    if (!JsonDepthAtMost(text, kMaxJsonDepth)) {
+      return Bad(param, "`" + param + "` nests arrays and objects deeper than the limit of " +
+                            std::to_string(kMaxJsonDepth) + " levels.");
+    }
+    nlohmann::json parsed = ParseJsonText<nlohmann::json>(text);
     if (parsed.is_discarded()) {
       return Bad(param, "`" + param + "` is not valid JSON text of a JSON Schema.");
     }
@@ -306,8 +310,8 @@ void KeepSchemaKeyOrder(std::string_view body, StructuredOutput* out) {
   if (at->is_object()) {
     out->spec.text = at->dump();
   } else if (at->is_string()) {  // vLLM's schema as JSON text
-    nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
-        at->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+    nlohmann::ordered_json schema =
+        ParseJsonText<nlohmann::ordered_json>(at->get_ref<const std::string&>());
     if (schema.is_object()) out->spec.text = schema.dump();
   }
 }

@@ -1,4 +1,5 @@
 #include "server/protocol/tool_parser.h"
+#include "server/protocol/json_fields.h"
 
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -70,7 +71,7 @@ std::optional<std::pair<std::string, std::string>> ReadCall(const Json& call, bo
   if (llama3 && args == call.end()) args = call.find("parameters");
   if (args == call.end()) return std::nullopt;
   Json value = *args;
-  if (value.is_string()) value = Json::parse(value.get<std::string>(), nullptr, false);
+  if (value.is_string()) value = ParseJsonText<Json>(value.get<std::string>());
   if (!value.is_object()) return std::nullopt;
   return std::make_pair(name->get<std::string>(),
                         value.dump(-1, ' ', false, Json::error_handler_t::replace));
@@ -260,7 +261,7 @@ bool ToolCallParser::StepInBlock(bool at_end, ToolParseDelta* out) {
   if (close == std::string::npos && !at_end) return false;
   const std::string_view body =
       std::string_view(buf_).substr(0, close == std::string::npos ? buf_.size() : close);
-  const Json parsed = Json::parse(StripView(body), nullptr, /*allow_exceptions=*/false);
+  const Json parsed = ParseJsonText<Json>(StripView(body));
   if (auto call = ReadCall(parsed, /*llama3=*/false)) {
     AddCall(std::move(call->first), std::move(call->second), out);
   } else {
@@ -291,7 +292,7 @@ bool ToolCallParser::StepJsonSequence(bool at_end, ToolParseDelta* out) {
   if (end == std::string_view::npos && !at_end) return false;
   std::optional<std::pair<std::string, std::string>> call;
   if (end != 0 && end != std::string_view::npos) {
-    call = ReadCall(Json::parse(rest.substr(0, end), nullptr, false), /*llama3=*/true);
+    call = ReadCall(ParseJsonText<Json>(rest.substr(0, end)), /*llama3=*/true);
   }
   if (!call) {  // the calls end here; the rest is content
     EmitContent(num_parsed_ == 0 ? opener_ + buf_ : buf_, out);
@@ -315,7 +316,7 @@ bool ToolCallParser::StepArray(bool at_end, ToolParseDelta* out) {
   std::vector<std::pair<std::string, std::string>> calls;
   bool ok = end != 0 && end != std::string_view::npos;
   if (ok) {
-    const Json parsed = Json::parse(rest.substr(0, end), nullptr, false);
+    const Json parsed = ParseJsonText<Json>(rest.substr(0, end));
     ok = parsed.is_array() && !parsed.empty();
     for (size_t i = 0; ok && i < parsed.size(); ++i) {
       auto call = ReadCall(parsed[i], /*llama3=*/false);

@@ -155,7 +155,13 @@ std::optional<ApiError> ParseToolCall(const nlohmann::json& c, const std::string
     return ApiError::BadRequest(Quoted(fpath + ".arguments") + " is required",
                                 fpath + ".arguments");
   }
-  const Json parsed = Json::parse(*arguments, nullptr, /*allow_exceptions=*/false);
+  if (!JsonDepthAtMost(*arguments, kMaxJsonDepth)) {
+    return ApiError::BadRequest(Quoted(fpath + ".arguments") +
+                                    " nests arrays and objects deeper than the limit of " +
+                                    std::to_string(kMaxJsonDepth) + " levels",
+                                fpath + ".arguments");
+  }
+  const Json parsed = ParseJsonText<Json>(*arguments);
   if (!parsed.is_object()) {
     return ApiError::BadRequest(
         Quoted(fpath + ".arguments") + " must be a JSON object encoded as a string",

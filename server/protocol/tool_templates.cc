@@ -1,6 +1,7 @@
 #include "server/protocol/tool_templates.h"
 
 #include "server/protocol/chat_builder.h"
+#include "server/protocol/json_fields.h"
 
 namespace tinyserve::protocol {
 namespace {
@@ -9,7 +10,7 @@ using Json = nlohmann::ordered_json;
 
 // An assistant call's arguments as the template sees them (vLLM parses the JSON text into a dict).
 Json ArgumentsOf(const ChatToolCall& call) {
-  Json parsed = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  Json parsed = ParseJsonText<Json>(call.arguments);
   return parsed.is_discarded() ? Json::object() : parsed;
 }
 

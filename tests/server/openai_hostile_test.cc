@@ -63,6 +63,98 @@ TEST(OpenAiHostileTest, DeeplyNestedBodiesAre400OnEveryJsonRoute) {
   ExpectServing(server);
 }
 
+// JSON, regexes and grammars that arrive inside strings, which the body's nesting check skips:
+// each of these killed the server (a stack overflow), pinned it, or answered 500 before. Too deep
+// is a 400 naming the field and the limit; deep but valid is served.
+TEST(OpenAiHostileTest, TextsInsideStringsCannotNestPastTheirLimits) {
+  OpenAiTestServer server;
+  const std::string deep_json =
+      "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  json ref_chain = {{"$ref", "#/$defs/d0"}, {"$defs", json::object()}};
+  for (int i = 0; i < 20000; ++i) {
+    ref_chain["$defs"]["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  }
+  ref_chain["$defs"]["d20000"] = {{"type", "integer"}};
+  std::string gbnf_groups = "root ::= " + std::string(100000, '(') + "\"a\"";
+  gbnf_groups.append(100000, ')');
+  struct Case {
+    json fields;
+    std::string param;
+    std::string message;  // part of the error's message
+  };
+  const Case cases[] = {
+      {{{"guided_json", deep_json}}, "guided_json", "deeper than the limit of 64 levels"},
+      {{{"structured_outputs", {{"json", deep_json}}}},
+       "structured_outputs.json",
+       "deeper than the limit of 64 levels"},
+      {{{"structured_outputs",
+         {{"regex", std::string(100000, '(') + "a" + std::string(100000, ')')}}}},
+       "structured_outputs.regex",
+       "groups nest deeper than the limit of 300"},
+      {{{"structured_outputs", {{"regex", "a" + std::string(100000, '*')}}}},
+       "structured_outputs.regex",
+       "a quantifier may not follow a quantifier"},
+      {{{"structured_outputs", {{"grammar", gbnf_groups}}}},
+       "structured_outputs.grammar",
+       "groups nest deeper than the limit of 1000"},
+      {{{"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "chain"}, {"schema", ref_chain}}}}}},
+       "response_format.json_schema.schema",
+       "nest deeper than the limit of 256"},
+      {{{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema",
+           {{"name", "index"},
+            {"schema",
+             {{"$ref", "#/$defs/a/99999999999999999999999"},
+              {"$defs", {{"a", json::array({{{"type", "integer"}}})}}}}}}}}}},
+       "response_format.json_schema.schema",
+       "does not resolve"},
+  };
+  for (const Case& c : cases) {
+    json body = {{"prompt", "Once"}, {"max_tokens", 2}};
+    body.update(c.fields);
+    auto res = server.Post("/v1/completions", body);
+    ASSERT_TRUE(res) << c.param;
+    EXPECT_EQ(res->status, 400) << c.param << ": " << res->body.substr(0, 300);
+    EXPECT_NE(ErrorMessage(res).find(c.message), std::string::npos)
+        << c.param << ": " << ErrorMessage(res);
+    EXPECT_EQ(json::parse(res->body)["error"]["param"], c.param);
+  }
+  // A past tool call's arguments (a JSON object as text) on chat.
+  const json chat = {{"max_tokens", 2},
+                     {"messages",
+                      {{{"role", "user"}, {"content", "Hi"}},
+                       {{"role", "assistant"},
+                        {"content", nullptr},
+                        {"tool_calls",
+                         {{{"id", "c1"},
+                           {"type", "function"},
+                           {"function", {{"name", "f"}, {"arguments", deep_json}}}}}}},
+                       {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "ok"}}}}};
+  auto res = server.Post("/v1/chat/completions", chat);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body.substr(0, 300);
+  EXPECT_NE(ErrorMessage(res).find("deeper than the limit of 64 levels"), std::string::npos)
+      << ErrorMessage(res);
+  // Deep or ambiguous but valid grammars are served: a run of 100,000 empty rules (a recursion
+  // per rule, then), and 60 rules in a row with two empty alternatives each (2^60 paths, then).
+  std::string empties = "root ::= ";
+  for (int i = 0; i < 100000; ++i) empties += "e ";
+  empties += "\"a\"\ne ::= \"\" | \"\"\n";
+  std::string ambiguous = "root ::= ";
+  for (int i = 0; i < 60; ++i) ambiguous += "e ";
+  ambiguous += "\"a\"\ne ::= f | g\nf ::= \"\" | \"b\"\ng ::= \"\" | \"b\"\n";
+  for (const std::string& grammar : {empties, ambiguous}) {
+    auto ok = server.Post(
+        "/v1/completions",
+        {{"prompt", "Once"}, {"max_tokens", 2}, {"structured_outputs", {{"grammar", grammar}}}});
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body.substr(0, 300);
+  }
+  ExpectServing(server);
+}
+
 TEST(OpenAiHostileTest, NestingUpToTheLimitIsParsed) {
   OpenAiTestServer server;
   // One level for the body: a prompt nested to the limit is parsed and refused for its type.

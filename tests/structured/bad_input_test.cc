@@ -90,6 +90,39 @@ TEST(BadInputTest, InvalidRegexesNameTheOffset) {
   }
 }
 
+// Nesting that would recurse once per level past a thread's stack is refused at a limit, named;
+// the limit itself compiles. Python refuses stacked quantifiers too ("multiple repeat").
+TEST(BadInputTest, NestingPastTheLimitsIsRefusedAndTheLimitsCompile) {
+  auto groups = [](int n) { return std::string(n, '(') + "a" + std::string(n, ')'); };
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, groups(300)), "ok");
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, "(" + groups(299) + "|b)"), "ok");
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, groups(301)),
+            "regex: regex offset 300: groups nest deeper than the limit of 300");
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, groups(100000)),
+            "regex: regex offset 300: groups nest deeper than the limit of 300");
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, "a**"),
+            "regex: regex offset 2: a quantifier may not follow a quantifier ('*' after offset 1)");
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, "a{2}{3}"),
+            "regex: regex offset 4: a quantifier may not follow a quantifier ('{' after offset 1)");
+  EXPECT_EQ(ErrorOf(ConstraintKind::kRegex, "a*?b+?c??"), "ok");  // lazy forms stay one quantifier
+  // $refs that refer on down a chain, and subschemas, nest at most 256 deep.
+  auto chain = [](int n) {
+    std::string s = R"({"$ref":"#/$defs/d0","$defs":{)";
+    for (int i = 0; i < n; ++i) {
+      s += "\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"},";
+    }
+    return s + "\"d" + std::to_string(n) + "\":{\"type\":\"integer\"}}}";
+  };
+  EXPECT_EQ(SchemaError(chain(254)), "ok");
+  EXPECT_EQ(SchemaError(chain(255)),
+            "json schema at /$defs/d255: subschemas and $refs nest deeper than the limit of 256");
+  EXPECT_EQ(SchemaError(chain(20000)),
+            "json schema at /$defs/d255: subschemas and $refs nest deeper than the limit of 256");
+  // An array index too long for any array does not resolve (it threw before).
+  EXPECT_EQ(SchemaError(R"({"$ref":"#/$defs/a/99999999999999999999","$defs":{"a":[true]}})"),
+            "json schema at /$ref: $ref '#/$defs/a/99999999999999999999' does not resolve");
+}
+
 TEST(BadInputTest, WhitespacePatternIsARegex) {
   EXPECT_EQ(ErrorOf(ConstraintKind::kJsonObject, "", "[ "),
             "whitespace_pattern: regex offset 0: unterminated character class '['");

@@ -45,6 +45,48 @@ struct Case {
   std::vector<std::string> rejected;  // strings that are not (not even as a prefix of one)
 };
 
+// ( ) groups nest at most 1000 deep (the parser recurses once per level).
+TEST(GbnfTest, GroupsNestAtMostAThousandDeep) {
+  auto groups = [](int n) {
+    return "root ::= " + std::string(n, '(') + "\"a\"" + std::string(n, ')') + "\n";
+  };
+  EXPECT_EQ(ErrorOf(groups(1000)), "ok");
+  EXPECT_EQ(ErrorOf(groups(1001)), "grammar line 1: groups nest deeper than the limit of 1000");
+  EXPECT_EQ(ErrorOf(groups(100000)), "grammar line 1: groups nest deeper than the limit of 1000");
+}
+
+// Grammars as deep as they are long: a chain of 100,000 rules each first referring to the next
+// (a left-recursion check and an expansion that recursed once per rule), a run of 100,000 empty
+// rules (an expansion that recursed once per rule), 60 rules in a row with two empty alternatives
+// each (2^60 expansion paths), and a left recursion at the end of a chain of 100,000 rules.
+TEST(GbnfTest, LongChainsAndAmbiguousEmptyRulesMatchWithoutRecursion) {
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 100000; ++i) {
+    chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  }
+  std::string empties = "root ::= ";
+  for (int i = 0; i < 100000; ++i) empties += "e ";
+  std::string ambiguous = "root ::= ";
+  for (int i = 0; i < 60; ++i) ambiguous += "e ";
+  const std::vector<Case> cases = {
+      {chain + "r100000 ::= \"a\"\n", {"a"}, {"b", "aa"}},
+      {empties + "\"a\"\ne ::= \"\" | \"\"\n", {"a"}, {"b", "aa"}},
+      {ambiguous + "\"a\"\ne ::= f | g\nf ::= \"\" | \"b\"\ng ::= \"\" | \"b\"\n",
+       {"a", "ba", std::string(60, 'b') + "a"},
+       {std::string(61, 'b') + "a", "c"}},
+  };
+  for (const Case& c : cases) {
+    ConstraintSpec spec;
+    spec.kind = ConstraintKind::kGrammar;
+    spec.text = c.gbnf;
+    auto g = Compile(spec, ByteVocab());
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    for (const std::string& s : c.accepted) EXPECT_EQ(Accepts(*g, s), Verdict::kComplete) << s;
+    for (const std::string& s : c.rejected) EXPECT_EQ(Accepts(*g, s), Verdict::kRejected) << s;
+  }
+  EXPECT_NE(ErrorOf(chain + "r100000 ::= r5 \"a\"\n").find("is left-recursive"), std::string::npos);
+}
+
 TEST(GbnfTest, TheLanguageOfEachConstructIsExact) {
   const std::vector<Case> cases = {
       {"root ::= \"ab\" | \"cd\"", {"ab", "cd"}, {"ac", "abc", "x"}},
