@@ -17,6 +17,17 @@ protocol::ApiErrorOr<std::unique_ptr<GenerationJob>> GenerationJob::Submit(
   int64_t num_prompt_tokens = 0;
   for (const ChoiceSpec& spec : specs) num_prompt_tokens += std::ssize(spec.prompt_ids);
   std::string why;
+  // Admitted whole: prompts that together hold more tokens than the prefill queue ever may would
+  // be refused (503) on every try: a 400 instead.
+  if (gate != nullptr && gate->limits().max_num_queued_tokens > 0 &&
+      num_prompt_tokens > gate->limits().max_num_queued_tokens) {
+    return ApiError::BadRequest(
+        "The request's prompts hold " + std::to_string(num_prompt_tokens) +
+            " tokens (counted once per choice), more than the server's prefill queue can ever "
+            "hold (--max-num-queued-tokens " +
+            std::to_string(gate->limits().max_num_queued_tokens) + ").",
+        "prompt");
+  }
   if (gate != nullptr) {
     const AdmissionGate::Outcome outcome = gate->TryAdmit(num, num_prompt_tokens, &why);
     if (outcome != AdmissionGate::Outcome::kAdmitted) {

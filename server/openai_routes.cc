@@ -130,15 +130,26 @@ std::optional<ApiError> OpenAiRoutes::CheckModel(const std::optional<std::string
 }
 
 std::optional<ApiError> OpenAiRoutes::CheckNumChoices(size_t num_prompts, int32_t n) const {
+  // A request is admitted whole (its prompts x n engine requests at once), so one larger than
+  // the queue would be refused (503) on every try: a 400 instead.
   const int64_t max_reqs = gate_.limits().max_num_queued_reqs;
+  const int64_t num_choices = static_cast<int64_t>(num_prompts) * n;
   if (max_reqs > 0 && n > max_reqs) {
     return ApiError::BadRequest("n = " + std::to_string(n) + " is more than the server's queue " +
                                     "can ever hold (--max-num-queued-reqs " +
                                     std::to_string(max_reqs) + ").",
                                 "n");
   }
+  if (max_reqs > 0 && num_choices > max_reqs) {
+    return ApiError::BadRequest("The request asks for " + std::to_string(num_choices) +
+                                    " choices (" + std::to_string(num_prompts) +
+                                    " prompts x n = " + std::to_string(n) +
+                                    "), more than the server's queue can ever hold "
+                                    "(--max-num-queued-reqs " +
+                                    std::to_string(max_reqs) + ").",
+                                "n");
+  }
   const int64_t limit = context_.max_choices_per_request;
-  const int64_t num_choices = static_cast<int64_t>(num_prompts) * n;
   if (limit > 0 && num_choices > limit) {
     return ApiError::BadRequest("The request asks for " + std::to_string(num_choices) +
                                     " choices (" + std::to_string(num_prompts) +

@@ -46,18 +46,26 @@ bool WaitFor(Pred pred) {
 TEST(OpenAiAdmissionTest, QueuedTokensLimitIs503AndCounted) {
   const std::vector<int32_t> ids = Stories260K().tokenizer->Encode("Once upon a time", true);
   ASSERT_GT(ids.size(), 1u);
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Once upon a time, far away"}}}}};
+  int64_t chat_tokens = 0;
+  {
+    OpenAiTestServer probe;
+    auto t = probe.Post("/tokenize", chat);
+    ASSERT_TRUE(t);
+    chat_tokens = json::parse(t->body)["count"].get<int64_t>();
+  }
+  ASSERT_GT(chat_tokens, static_cast<int64_t>(ids.size()));
   TestServerOptions options;
   options.with_metrics = true;
   options.start_engine = false;  // nothing gets a first token: prompt tokens stay queued
-  options.max_num_queued_tokens = 2 * static_cast<int64_t>(ids.size()) - 1;  // room for one
+  // Room for either request alone (a larger one is a 400, never admitted), not beside the chat.
+  options.max_num_queued_tokens = chat_tokens + static_cast<int64_t>(ids.size()) - 1;
   OpenAiTestServer s(options);
   const json one = {{"prompt", "Once upon a time"}, {"max_tokens", 2}};
-  auto first = std::async(std::launch::async, [&] { return s.Post("/v1/completions", one); });
+  auto first = std::async(std::launch::async, [&] { return s.Post("/v1/chat/completions", chat); });
   ASSERT_TRUE(WaitFor([&] { return s.num_waiting() == 1; }));
   Expect503(s.Post("/v1/completions", one), "--max-num-queued-tokens");
-  Expect503(s.Post("/v1/chat/completions",
-                   {{"messages", {{{"role", "user"}, {"content", "Once upon a time, far away"}}}}}),
-            "--max-num-queued-tokens");
+  Expect503(s.Post("/v1/chat/completions", chat), "--max-num-queued-tokens");
   EXPECT_EQ(Rejections(s, AdmissionRejection::kMaxNumQueuedTokens), 2.0);
   EXPECT_EQ(Rejections(s, AdmissionRejection::kMaxNumQueuedReqs), 0.0);
   s.engine().Start();

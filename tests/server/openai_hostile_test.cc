@@ -254,7 +254,41 @@ TEST(OpenAiHostileTest, NLargerThanTheQueueIs400Not503) {
                           {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"n", 5}});
   ASSERT_TRUE(chat);
   EXPECT_EQ(chat->status, 400) << chat->body;
+  // The request is admitted whole: 2 prompts x n = 3 is 6 engine requests, never under 4.
+  auto prompts = server.Post("/v1/completions",
+                             {{"prompt", json::array({"a", "b"})}, {"n", 3}, {"max_tokens", 1}});
+  ASSERT_TRUE(prompts);
+  EXPECT_EQ(prompts->status, 400) << prompts->body;
+  EXPECT_NE(ErrorMessage(prompts).find("6 choices (2 prompts x n = 3), more than the server's "
+                                       "queue can ever hold (--max-num-queued-reqs 4)"),
+            std::string::npos)
+      << ErrorMessage(prompts);
   auto fits = server.Post("/v1/completions", {{"prompt", "a"}, {"n", 4}, {"max_tokens", 1}});
+  ASSERT_TRUE(fits);
+  EXPECT_EQ(fits->status, 200) << fits->body;
+  auto two = server.Post("/v1/completions",
+                         {{"prompt", json::array({"a", "b"})}, {"n", 2}, {"max_tokens", 1}});
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->status, 200) << two->body;
+}
+
+// Prompts holding more tokens than --max-num-queued-tokens could never be admitted: 400, not a
+// 503 to retry forever; the prompt tokens count once per choice (each is its own prefill).
+TEST(OpenAiHostileTest, PromptsLargerThanTheTokenQueueAre400Not503) {
+  TestServerOptions options;
+  options.max_num_queued_tokens = 8;
+  OpenAiTestServer server(options);
+  const json ids = json::array({1, 2, 3, 4, 5});  // 5 tokens
+  auto res = server.Post("/v1/completions", {{"prompt", ids}, {"n", 2}, {"max_tokens", 1}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_NE(ErrorMessage(res).find("hold 10 tokens (counted once per choice), more than the "
+                                   "server's prefill queue can ever hold (--max-num-queued-tokens "
+                                   "8)"),
+            std::string::npos)
+      << ErrorMessage(res);
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "prompt");
+  auto fits = server.Post("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
   ASSERT_TRUE(fits);
   EXPECT_EQ(fits->status, 200) << fits->body;
 }
