@@ -231,8 +231,8 @@ CLI::App* AddServeCommand(CLI::App& app, ServeFlags& f) {
       ->check(CLI::Range(0.0, 1.0))
       ->group("");
   cmd->add_option("--fault-seed", f.fault_seed, "seed of the failing calls (testing)")->group("");
-  cmd->add_option("--fault-kind", f.fault_kind, "error, exception or fatal (testing)")
-      ->check(CLI::IsMember({"error", "exception", "fatal"}))
+  cmd->add_option("--fault-kind", f.fault_kind, "error, exception, fatal or hang (testing)")
+      ->check(CLI::IsMember({"error", "exception", "fatal", "hang"}))
       ->group("");
   cmd->add_option("--fault-at-call", f.fault_calls, "fail this executor call, 1-based (testing)")
       ->check(CLI::PositiveNumber)
@@ -385,6 +385,11 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   context.max_logprobs_per_request = f.max_logprobs_per_request;
   HttpServer server(server_options, context);
   if (Status s = server.Bind(); !s.ok()) return fail(s);
+  auto limit = [](int64_t v) { return v > 0 ? std::to_string(v) : std::string("unlimited"); };
+  LogLine("limits: --max-num-queued-reqs " + limit(f.max_queue_len) + ", --max-num-queued-tokens " +
+          limit(f.max_num_queued_tokens) + ", --max-connections " + limit(f.max_connections) +
+          ", --max-choices-per-request " + limit(f.max_choices_per_request) +
+          ", --max-logprobs-per-request " + limit(f.max_logprobs_per_request));
 
   engine.Start();
   Status serve_status;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <new>
 #include <random>
@@ -508,10 +509,16 @@ void EngineCore::PushPromptLogprobs(const SchedulerOutput& plan, ExecutorOutput&
 }
 
 StatusOr<ExecutorOutput> EngineCore::ExecuteBatch(const ScheduledBatch& batch) {
+  // The requests' error says what failed, never the exception's own text (a library's message,
+  // paths, addresses: internals); that goes to stderr for the operator.
   try {
     return executor_->Execute(batch);
+  } catch (const std::bad_alloc&) {
+    return Internal("the executor ran out of memory");
   } catch (const std::exception& e) {
-    return Internal(std::string("the executor threw: ") + e.what());
+    std::fprintf(stderr, "tinyserve: the executor threw (the step's requests fail): %s\n",
+                 e.what());
+    return Internal("the executor threw an exception (its message is in the server log)");
   } catch (...) {
     return Internal("the executor threw an unknown exception");
   }

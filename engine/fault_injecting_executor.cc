@@ -1,7 +1,9 @@
 #include "engine/fault_injecting_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "base/hash.h"
@@ -16,15 +18,18 @@ const char* FaultKindName(FaultKind kind) {
       return "exception";
     case FaultKind::kFatal:
       return "fatal";
+    case FaultKind::kHang:
+      return "hang";
   }
   return "unknown";
 }
 
 StatusOr<FaultKind> ParseFaultKind(const std::string& name) {
-  for (FaultKind k : {FaultKind::kError, FaultKind::kException, FaultKind::kFatal}) {
+  for (FaultKind k :
+       {FaultKind::kError, FaultKind::kException, FaultKind::kFatal, FaultKind::kHang}) {
     if (name == FaultKindName(k)) return k;
   }
-  return InvalidArgument("unknown fault kind '" + name + "' (error, exception or fatal)");
+  return InvalidArgument("unknown fault kind '" + name + "' (error, exception, fatal or hang)");
 }
 
 FaultInjectingExecutor::FaultInjectingExecutor(ModelExecutor* inner, FaultInjectionConfig config,
@@ -69,6 +74,8 @@ StatusOr<ExecutorOutput> FaultInjectingExecutor::Execute(const ScheduledBatch& b
       throw std::runtime_error(message);
     case FaultKind::kFatal:
       return DeviceLost(message);
+    case FaultKind::kHang:
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   return Internal(message);
 }

@@ -1,7 +1,7 @@
 // FaultInjectingExecutor: a ModelExecutor wrapper that makes chosen executor calls fail, to test
 // (and soak) the engine's failure paths against a real model: `tinyserve serve
-// --fault-inject-rate P --fault-seed S --fault-kind error|exception|fatal` (hidden flags), and the
-// reliability tests.
+// --fault-inject-rate P --fault-seed S --fault-kind error|exception|fatal|hang` (hidden flags), and
+// the reliability tests.
 //
 // Which calls fail: call k (1-based, counting every Execute()) fails iff k is in `config.calls`,
 // or a counter-based draw keyed by (seed, k) falls below `config.rate`; so one seed gives the same
@@ -10,6 +10,8 @@
 //   kError      returns Unavailable("injected fault at executor call k (N sequences)")
 //   kException  throws std::runtime_error with that message (EngineCore catches it)
 //   kFatal      returns DeviceLost with that message (EngineCore dies)
+//   kHang       never returns (a wedged device or driver): the engine thread blocks for good, so
+//               the shutdown cannot finish and its watchdog must end the process
 // Every injected fault is logged (faults(), and `on_fault` when set, called on the engine thread).
 //
 // Thread safety: Execute() on the engine thread only; faults() and num_calls() are thread-safe.
@@ -26,9 +28,9 @@
 
 namespace tinyserve {
 
-enum class FaultKind : uint8_t { kError, kException, kFatal };
+enum class FaultKind : uint8_t { kError, kException, kFatal, kHang };
 
-// "error", "exception", "fatal".
+// "error", "exception", "fatal", "hang".
 const char* FaultKindName(FaultKind kind);
 // Parses FaultKindName()'s names. Returns InvalidArgument for anything else.
 StatusOr<FaultKind> ParseFaultKind(const std::string& name);

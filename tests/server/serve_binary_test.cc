@@ -159,6 +159,13 @@ TEST_P(ServeBinaryTest, ServesHealthAndMetricsAndStopsCleanly) {
   EXPECT_NE(metrics->body.find("vllm:num_requests_running{engine=\"0\",model_name=\"tiny\"} 0"),
             std::string::npos);
   EXPECT_NE(metrics->body.find("num_gpu_blocks="), std::string::npos);
+  // The admission and request limits it runs with: the defaults (issue 16).
+  EXPECT_NE(ReadFile(log_path_).find(
+                "tinyserve: limits: --max-num-queued-reqs 4096, --max-num-queued-tokens "
+                "unlimited, --max-connections 2048, --max-choices-per-request 128, "
+                "--max-logprobs-per-request 250000\n"),
+            std::string::npos)
+      << ReadFile(log_path_);
 
   EXPECT_EQ(StopWith(GetParam()), 0) << ReadFile(log_path_);
   const nlohmann::json trace = nlohmann::json::parse(ReadFile(trace_path_));
@@ -276,6 +283,33 @@ TEST_F(ServeProcessTest, AStreamPastTheShutdownTimeoutEndsAndTheExitCodeIs0) {
               got.find("\"finish_reason\":\"length\"") != std::string::npos)
       << got;
   EXPECT_EQ(WaitForExit(1000 * (0 + 2 + 10)), 0) << ReadFile(log_path_);
+}
+
+// A shutdown that cannot finish (the engine thread wedged inside a step: --fault-kind hang on the
+// first executor call) is ended by the watchdog --shutdown-timeout + 2 s after the signal, with
+// exit status 3 and a line on stderr, whatever the threads are doing.
+TEST_F(ServeProcessTest, AWedgedEngineIsEndedByTheWatchdogWithStatus3) {
+  Start({"--shutdown-timeout", "1", "--fault-kind", "hang", "--fault-at-call", "1"}, "wedged");
+  if (HasFatalFailure() || IsSkipped()) return;
+  testing::RawClient request(port_);
+  request.Post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 4})");
+  // Admitted (the request is in flight), then taken by the engine within a step's time.
+  httplib::Client client("127.0.0.1", port_);
+  bool admitted = false;
+  for (int i = 0; i < 500 && !admitted; ++i) {
+    auto load = client.Get("/load");
+    admitted =
+        load && nlohmann::json::parse(load->body, nullptr, false).value("server_load", 0) == 1;
+    if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(admitted) << ReadFile(log_path_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid_, SIGTERM);
+  EXPECT_EQ(WaitForExit(1000 * (1 + 2 + 10)), 3) << ReadFile(log_path_);
+  EXPECT_NE(ReadFile(log_path_).find("tinyserve: the shutdown did not finish within 3.0 s "
+                                     "(--shutdown-timeout + 2 s): exiting now with status 3"),
+            std::string::npos)
+      << ReadFile(log_path_);
 }
 
 // --overlap-grammar-masks auto|on|off (app/engine_flags.h): each serves; another value is a clear
