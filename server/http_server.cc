@@ -113,6 +113,10 @@ class HttpServer::Transport {
     std::atomic<bool> fail{false};  // end the response with an error (the server stops)
   };
 
+  // libmicrohttpd's callbacks are C: an exception escaping one (an allocation failing) would end
+  // the process. Each is registered through a Guarded* form that catches it: the request's
+  // connection is closed (OnRequestLine, OnAccess), the stream ends with an error (ReadStream),
+  // or the bookkeeping of a closing connection goes on (OnConnection, OnCompleted, FreeStream).
   static void OnConnection(void* cls, MHD_Connection* mhd, void** socket_context,
                            MHD_ConnectionNotificationCode code);
   static void* OnRequestLine(void* cls, const char* uri, MHD_Connection* mhd);
@@ -123,6 +127,45 @@ class HttpServer::Transport {
                           MHD_RequestTerminationCode code);
   static ssize_t ReadStream(void* cls, uint64_t pos, char* buf, size_t max);
   static void FreeStream(void* cls);
+  static void GuardedOnConnection(void* cls, MHD_Connection* mhd, void** socket_context,
+                                  MHD_ConnectionNotificationCode code) noexcept {
+    try {
+      OnConnection(cls, mhd, socket_context, code);
+    } catch (...) {
+    }
+  }
+  static void* GuardedOnRequestLine(void* cls, const char* uri, MHD_Connection* mhd) noexcept {
+    try {
+      return OnRequestLine(cls, uri, mhd);
+    } catch (...) {
+      return nullptr;  // OnAccess then closes the connection
+    }
+  }
+  static MHD_Result GuardedOnAccess(void* cls, MHD_Connection* mhd, const char* url,
+                                    const char* method, const char* version,
+                                    const char* upload_data, size_t* upload_data_size,
+                                    void** request_context) noexcept {
+    try {
+      return OnAccess(cls, mhd, url, method, version, upload_data, upload_data_size,
+                      request_context);
+    } catch (...) {
+      return MHD_NO;
+    }
+  }
+  static void GuardedOnCompleted(void* cls, MHD_Connection* mhd, void** request_context,
+                                 MHD_RequestTerminationCode code) noexcept {
+    try {
+      OnCompleted(cls, mhd, request_context, code);
+    } catch (...) {
+    }
+  }
+  static ssize_t GuardedReadStream(void* cls, uint64_t pos, char* buf, size_t max) noexcept {
+    try {
+      return ReadStream(cls, pos, buf, max);
+    } catch (...) {
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+  }
 
   // The request's head, from libmicrohttpd's parse.
   void ReadHead(Exchange& ex, const char* url, const char* method, const char* version);
@@ -228,12 +271,13 @@ Status HttpServer::Transport::Serve() {
   // listen queue at once rather than between the daemon's other work.
   daemon_ = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_NO_LISTEN_SOCKET, 0,
-      nullptr, nullptr, &OnAccess, this, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      nullptr, nullptr, &GuardedOnAccess, this, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       options_.connection_memory_bytes, MHD_OPTION_CONNECTION_TIMEOUT,
       static_cast<unsigned int>(std::max(1.0, options_.idle_timeout_s)),
-      MHD_OPTION_NOTIFY_CONNECTION, &OnConnection, this, MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted,
-      this, MHD_OPTION_URI_LOG_CALLBACK, &OnRequestLine, this, MHD_OPTION_CONNECTION_LIMIT,
-      static_cast<unsigned int>(std::min<int64_t>(limit, 1 << 24)), MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_CONNECTION, &GuardedOnConnection, this, MHD_OPTION_NOTIFY_COMPLETED,
+      &GuardedOnCompleted, this, MHD_OPTION_URI_LOG_CALLBACK, &GuardedOnRequestLine, this,
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(std::min<int64_t>(limit, 1 << 24)),
+      MHD_OPTION_END);
   if (daemon_ == nullptr) return Unavailable("the HTTP daemon (libmicrohttpd) did not start");
   for (int i = 0; i < std::max(1, options_.num_threads); ++i) {
     workers_.emplace_back([this] { Work(); });
@@ -464,8 +508,8 @@ bool HttpServer::Transport::QueueAnswer(Exchange& ex) {
     stream->mhd = ex.mhd;
     stream->fd = ex.connection != nullptr ? ex.connection->fd : -1;
     stream->body = res.stream;
-    response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, kStreamBlockBytes, &ReadStream,
-                                                 stream.get(), &FreeStream);
+    response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, kStreamBlockBytes,
+                                                 &GuardedReadStream, stream.get(), &FreeStream);
   } else {
     response =
         MHD_create_response_from_buffer(res.body.size(), res.body.data(), MHD_RESPMEM_MUST_COPY);
@@ -548,7 +592,11 @@ ssize_t HttpServer::Transport::ReadStream(void* cls, uint64_t, char* buf, size_t
 void HttpServer::Transport::FreeStream(void* cls) {
   auto* s = static_cast<Stream*>(cls);
   s->body->SetWake(nullptr);
-  s->body->OnClosed(s->complete);
+  try {
+    s->body->OnClosed(s->complete);  // (an abort of the request, which allocates)
+  } catch (...) {
+    // Not aborted: the request runs to its end unread. The stream is forgotten all the same.
+  }
   Transport* self = s->transport;
   std::shared_ptr<Stream> keep;  // destroyed after the lock
   MutexLock lock(self->streams_mu_);

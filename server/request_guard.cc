@@ -59,8 +59,9 @@ std::optional<ApiError> CheckRequestHead(const HttpRequest& req, bool json_route
                           "Transfer-Encoding other than chunked is not accepted in requests: send "
                           "the body with a Content-Length.");
   }
-  if (req.HasHeader("Content-Encoding") &&
-      Lower(Trim(req.HeaderValue("Content-Encoding"))) != "identity") {
+  if (req.HeaderCount("Content-Encoding") > 1 ||
+      (req.HasHeader("Content-Encoding") &&
+       Lower(Trim(req.HeaderValue("Content-Encoding"))) != "identity")) {
     return ApiError::Make(415, "Compressed request bodies (Content-Encoding) are not supported.");
   }
   if (!json_route) return std::nullopt;

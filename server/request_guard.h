@@ -3,11 +3,12 @@
 // transport then reads nothing more from it, so no unread body is ever parsed as a request):
 //   400  more than one Content-Length, or one that is not a decimal number; Content-Length with
 //        Transfer-Encoding (ambiguous framing)
-//   413  a Content-Length over the body limit (a chunked body is cut off at the limit by the
-//        transport, with the same 413)
+//   413  a Content-Length over the body limit (a chunked body over it is cut off at the limit by
+//        the transport, which then closes the connection without an answer)
 //   411  a Transfer-Encoding other than `chunked`, and a POST to a JSON route with neither
 //        Content-Length nor chunked framing
-//   415  a Content-Encoding other than identity (no request body is inflated); on the JSON
+//   415  a Content-Encoding other than identity, or more than one (no request body is
+//        inflated); on the JSON
 //        routes, a Content-Type whose media type is not application/json (vLLM's rule; it also
 //        stops web pages from sending "simple" cross-origin POSTs)
 // No route serves byte ranges: a Range header is ignored (a whole 200).

@@ -118,7 +118,9 @@ TEST(HttpGuardTest, NonJsonContentTypeIs415OnEveryJsonRoute) {
 
 TEST(HttpGuardTest, CompressedBodyIs415) {
   OpenAiTestServer server;
-  for (const char* encoding : {"gzip", "deflate", "br", "gzip, identity"}) {
+  // The last: two lines, the first identity (only the first was looked at before).
+  for (const char* encoding :
+       {"gzip", "deflate", "br", "gzip, identity", "identity\r\nContent-Encoding: gzip"}) {
     ExpectRefusedAndClosed(
         server,
         Head("/v1/completions",
@@ -273,6 +275,7 @@ TEST(HttpGuardTest, UnauthorizedBodyIsNeverParsedAsARequest) {
               body);
   ASSERT_TRUE(client.ReadUntil("\"choices\""));
   EXPECT_EQ(client.received().rfind("HTTP/1.1 200", 0), 0u) << client.received();
+  EXPECT_LT(testing::RssBytes() - server.rss_at_start(), testing::kServingRssGrowthBound);
 }
 
 TEST(HttpGuardTest, ApiKeyIsComparedWithTheWholeHeaderValue) {
@@ -296,6 +299,7 @@ TEST(HttpGuardTest, ApiKeyIsComparedWithTheWholeHeaderValue) {
   auto ok = server.Client("sekret").Get("/v1/models");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+  EXPECT_LT(testing::RssBytes() - server.rss_at_start(), testing::kServingRssGrowthBound);
 }
 
 TEST(HttpGuardTest, RangeIsIgnored) {

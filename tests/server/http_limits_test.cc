@@ -25,15 +25,7 @@ using testing::OpenAiTestServer;
 using testing::RawClient;
 using testing::TestServerOptions;
 
-// This process' resident set, in bytes (the server runs in it).
-int64_t RssBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
+using testing::RssBytes;
 
 double Seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -92,6 +84,32 @@ TEST(HttpLimitsTest, TrickledHeadsAreCutAtTheDeadlineAndHoldNoWorker) {
   }
   EXPECT_TRUE(closed) << "a trickled head outlived the 1 s deadline";
   EXPECT_LT(Seconds() - start, 2.5);
+  ExpectServing(server);
+}
+
+// The deadline covers the body too: a whole head, then a body trickled a byte every 100 ms (each
+// inside the idle timeout, the body never whole) is cut at the deadline, not served, and holds
+// no worker meanwhile.
+TEST(HttpLimitsTest, ATrickledBodyIsCutAtTheDeadline) {
+  TestServerOptions options;
+  options.num_threads = 2;
+  options.request_read_deadline_s = 1.0;
+  OpenAiTestServer server(options);
+  const std::string body =
+      R"({"prompt": "Once upon a time", "max_tokens": 1})" + std::string(200, ' ');
+  RawClient trickler(server.port());
+  ASSERT_TRUE(
+      trickler.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n"));
+  const double start = Seconds();
+  bool closed = false;
+  for (size_t i = 0; !closed && i < body.size() && Seconds() - start < 5.0; ++i) {
+    closed = !trickler.Send(body.substr(i, 1)) || trickler.ReadUntilClosed(100);
+  }
+  EXPECT_TRUE(closed) << "a trickled body outlived the 1 s deadline";
+  EXPECT_LT(Seconds() - start, 2.5);
+  EXPECT_EQ(trickler.received().find("HTTP/1.1 200"), std::string::npos) << trickler.received();
   ExpectServing(server);
 }
 

@@ -163,6 +163,7 @@ TEST(OpenAiHostileTest, NestingUpToTheLimitIsParsed) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   EXPECT_EQ(ErrorMessage(res).find("limit of 64"), std::string::npos) << ErrorMessage(res);
+  ExpectServing(server);
 }
 
 // {"prompt": [[1]] * 2000, "n": 128} was 10 KB and submitted 256,000 engine requests.
@@ -270,6 +271,7 @@ TEST(OpenAiHostileTest, NLargerThanTheQueueIs400Not503) {
                          {{"prompt", json::array({"a", "b"})}, {"n", 2}, {"max_tokens", 1}});
   ASSERT_TRUE(two);
   EXPECT_EQ(two->status, 200) << two->body;
+  ExpectServing(server);
 }
 
 // Prompts holding more tokens than --max-num-queued-tokens could never be admitted: 400, not a
@@ -291,6 +293,7 @@ TEST(OpenAiHostileTest, PromptsLargerThanTheTokenQueueAre400Not503) {
   auto fits = server.Post("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
   ASSERT_TRUE(fits);
   EXPECT_EQ(fits->status, 200) << fits->body;
+  ExpectServing(server);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,20 @@
 #include "server/http_server.h"
 
 namespace tinyserve::testing {
+
+// This process' resident set, in bytes (a test server runs in it); -1 if /proc does not say.
+inline int64_t RssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// How much a test server's process may grow while it answers a test's hostile requests
+// (ExpectServing): each is refused or served and then forgotten, never held.
+inline constexpr int64_t kServingRssGrowthBound = int64_t{64} << 20;
 
 inline const LoadedModel& Stories260K() {
   static LoadedModel* model = [] {
@@ -244,7 +259,10 @@ class OpenAiTestServer {
     port_ = server_->port();
     thread_ = std::thread([this] { EXPECT_TRUE(server_->Serve().ok()); });
     if (options.start_engine) engine_->Start();
+    rss_at_start_ = RssBytes();
   }
+  // The process' resident set once this server was up.
+  int64_t rss_at_start() const { return rss_at_start_; }
   ~OpenAiTestServer() {
     engine_->Stop();
     server_->Stop();
@@ -288,6 +306,7 @@ class OpenAiTestServer {
   std::unique_ptr<HttpServer> server_;
   int port_ = -1;
   std::thread thread_;
+  int64_t rss_at_start_ = -1;
 };
 
 // The `data:` payloads of an SSE body, in order ("[DONE]" included); comments are skipped.
@@ -344,7 +363,11 @@ inline std::string StreamText(const std::string& http_response) {
 
 // Expects the server to be serving: /health 200 and a short completion 200 (after a hostile
 // request, say).
+// The server serves on: /health is 200, a completion is 200, and the process has grown by less
+// than kServingRssGrowthBound since the server started.
 inline void ExpectServing(const OpenAiTestServer& server) {
+  EXPECT_LT(RssBytes() - server.rss_at_start(), kServingRssGrowthBound)
+      << "resident set at start " << server.rss_at_start() << " bytes, now " << RssBytes();
   auto health = server.Client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
