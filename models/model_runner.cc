@@ -166,14 +166,22 @@ Status ModelRunner::Init() {
   weights_.reset();             // the backend holds the copy now
 
   use_graphs_ = backend_->SupportsGraphs() && !options_.enforce_eager;
+  // The workspace is sized for the largest step the scheduler can hand over, here and not at the
+  // first such step (vLLM's profile run does the same): a device backend must know what is left
+  // for the KV cache, and on the CPU the first touch of ~100 MB of fresh pages would otherwise
+  // land inside the first large step (0.5 s on the development VM). Larger steps (prompt logprobs
+  // rows beyond one a sequence) still grow it on demand.
+  graph_table_width_ = (options_.max_model_len + options_.block_size - 1) / options_.block_size;
+  int32_t seqs = options_.max_num_seqs;
+  int32_t tokens = options_.max_num_batched_tokens;
   if (!backend_->is_host()) {
-    // A device backend sizes its workspace for the largest step up front, before the KV cache.
     graph_sizes_ = GraphBatchSizes(options_.max_num_seqs);
+    seqs = std::max(seqs, graph_sizes_.back());
+    tokens = std::max(tokens, graph_sizes_.back());
+  }
+  TS_RETURN_IF_ERROR(EnsureWorkspace(tokens, seqs, seqs, seqs * graph_table_width_));
+  if (!backend_->is_host()) {
     const int32_t max_graph = graph_sizes_.back();
-    graph_table_width_ = (options_.max_model_len + options_.block_size - 1) / options_.block_size;
-    const int32_t seqs = std::max(options_.max_num_seqs, max_graph);
-    TS_RETURN_IF_ERROR(EnsureWorkspace(std::max(options_.max_num_batched_tokens, max_graph), seqs,
-                                       seqs, seqs * graph_table_width_));
     if (use_graphs_) {
       Backend* b = backend_.get();
       const size_t g = static_cast<size_t>(max_graph);
