@@ -21,8 +21,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,13 +45,44 @@
 namespace tinyserve {
 namespace {
 
-void RmsNormRow(const float* x, const float* weight, int32_t dim, float eps, float* out) {
-  float ss = 0.0f;
-  for (int32_t j = 0; j < dim; ++j) ss += x[j] * x[j];
-  ss /= static_cast<float>(dim);
-  ss += eps;
-  ss = 1.0f / std::sqrt(ss);
-  for (int32_t j = 0; j < dim; ++j) out[j] = weight[j] * (ss * x[j]);
+// RMSNorm of R consecutive rows (row stride dim), each as run.c does it: the squares summed left
+// to right in one float, then out[j] = weight[j] * (inv * x[j]). One row's sum is a chain of dim
+// dependent adds, so a row alone waits on the adder's latency (~1 us at dim 768); R rows side by
+// side run R chains at once. Every row gets the bits it gets alone (RmsNormRows<1>).
+template <int R>
+void RmsNormRows(const float* x, const float* weight, int32_t dim, float eps, float* out) {
+  float ss[R];
+  for (int r = 0; r < R; ++r) ss[r] = 0.0f;
+  for (int32_t j = 0; j < dim; ++j) {
+    for (int r = 0; r < R; ++r) {
+      const float v = x[static_cast<size_t>(r) * dim + j];
+      ss[r] += v * v;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float inv = ss[r] / static_cast<float>(dim);
+    inv += eps;
+    inv = 1.0f / std::sqrt(inv);
+    const float* xr = x + static_cast<size_t>(r) * dim;
+    float* outr = out + static_cast<size_t>(r) * dim;
+    for (int32_t j = 0; j < dim; ++j) outr[j] = weight[j] * (inv * xr[j]);
+  }
+}
+
+// Rows per RmsNormRows call (and per thread-pool item) in RmsNorm and AddRmsNorm.
+constexpr int32_t kNormRows = 8;
+
+// Rows [first, first + count) of x through RmsNormRows: kNormRows at a time, the rest one by one.
+void RmsNormRowGroup(const float* x, const float* weight, int32_t count, int32_t dim, float eps,
+                     float* out) {
+  if (count == kNormRows) {
+    RmsNormRows<kNormRows>(x, weight, dim, eps, out);
+    return;
+  }
+  for (int32_t r = 0; r < count; ++r) {
+    RmsNormRows<1>(x + static_cast<size_t>(r) * dim, weight, dim, eps,
+                   out + static_cast<size_t>(r) * dim);
+  }
 }
 
 // A KV cache element: fp32, or bf16 kept as its 16 bits (kv_cache_dtype() bf16), written with
@@ -292,17 +325,24 @@ class CpuBackend final : public Backend {
 
   void RmsNorm(const float* x, const float* weight, int32_t n, int32_t dim, float eps,
                float* out) override {
-    For(static_cast<int64_t>(n) * dim > 65536, n,
-        [&](int64_t t) { RmsNormRow(x + t * dim, weight, dim, eps, out + t * dim); });
+    const int32_t groups = (n + kNormRows - 1) / kNormRows;
+    For(static_cast<int64_t>(n) * dim > 65536, groups, [&](int64_t g) {
+      const size_t first = static_cast<size_t>(g) * kNormRows * dim;
+      const int32_t count = std::min<int32_t>(kNormRows, n - static_cast<int32_t>(g) * kNormRows);
+      RmsNormRowGroup(x + first, weight, count, dim, eps, out + first);
+    });
   }
 
   void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n, int32_t dim,
                   float eps, float* out) override {
-    For(static_cast<int64_t>(n) * dim > 65536, n, [&](int64_t t) {
-      float* r = residual + t * dim;
-      const float* d = delta + t * dim;
-      for (int32_t j = 0; j < dim; ++j) r[j] += d[j];
-      RmsNormRow(r, weight, dim, eps, out + t * dim);
+    const int32_t groups = (n + kNormRows - 1) / kNormRows;
+    For(static_cast<int64_t>(n) * dim > 65536, groups, [&](int64_t g) {
+      const size_t first = static_cast<size_t>(g) * kNormRows * dim;
+      const int32_t count = std::min<int32_t>(kNormRows, n - static_cast<int32_t>(g) * kNormRows);
+      float* r = residual + first;
+      const float* d = delta + first;
+      for (size_t j = 0; j < static_cast<size_t>(count) * dim; ++j) r[j] += d[j];
+      RmsNormRowGroup(r, weight, count, dim, eps, out + first);
     });
   }
 
@@ -437,9 +477,10 @@ class CpuBackend final : public Backend {
 
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
                     int32_t kv_width, void* k_cache_raw, void* v_cache_raw) override {
-    for (int32_t t = 0; t < n; ++t) {
+    // Rows are independent (a slot is written by one token): a prefill's rows shared out.
+    For(static_cast<int64_t>(n) * kv_width > 65536, n, [&](int64_t t) {
       const int64_t slot = slots[t];
-      if (slot < 0) continue;
+      if (slot < 0) return;
       const float* kt = k + static_cast<size_t>(t) * stride;
       const float* vt = v + static_cast<size_t>(t) * stride;
       if (kv_dtype_ == DType::kBFloat16) {
@@ -455,7 +496,7 @@ class CpuBackend final : public Backend {
         std::memcpy(static_cast<float*>(v_cache_raw) + slot * kv_width, vt,
                     sizeof(float) * kv_width);
       }
-    }
+    });
   }
 
   void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
@@ -471,9 +512,29 @@ class CpuBackend final : public Backend {
   }
 
   void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
-    For(static_cast<int64_t>(n) * hidden > 65536, n, [&](int64_t t) {
+    // An exp per element: worth sharing from a few thousand (a batch-32 decode step has 65536).
+    For(n > 1 && static_cast<int64_t>(n) * hidden >= 8192, n, [&](int64_t t) {
       const float* g = gate_up + t * 2 * hidden;
       SiluAndMulRow(g, g + hidden, hidden, out + t * hidden);
+    });
+  }
+
+  // Sampling and scoring: the default's CPU sampler, its rows shared out over the pool. A row's
+  // token and logprobs depend on nothing but that row, its spec and history (cpu_sampler.h), so
+  // which thread takes it changes no result; each thread has its own sampler (Backend's
+  // per-thread one) and the rows' inputs are only read.
+  Status SampleRows(const float* logits, int32_t vocab, const SampleRow* rows, int32_t n,
+                    TokenLogprobs* out) override {
+    if (!ShareRows(n, vocab)) return Backend::SampleRows(logits, vocab, rows, n, out);
+    return EachRow(n, [&](int64_t i) {
+      return Backend::SampleRows(logits + i * vocab, vocab, rows + i, 1, out + i);
+    });
+  }
+  Status ScoreRows(const float* logits, int32_t vocab, const int32_t* targets,
+                   const int32_t* num_top, int32_t n, TokenLogprobs* out) override {
+    if (!ShareRows(n, vocab)) return Backend::ScoreRows(logits, vocab, targets, num_top, n, out);
+    return EachRow(n, [&](int64_t i) {
+      return Backend::ScoreRows(logits + i * vocab, vocab, targets + i, num_top + i, 1, out + i);
     });
   }
 
@@ -579,13 +640,14 @@ class CpuBackend final : public Backend {
   }
 
   // y = x * w^T over packed w: the pool's threads take contiguous ranges of output panels (never
-  // a share of k). Four ranges per thread, so a descheduled thread holds back only a small one.
+  // a share of k). Eight ranges per thread (four before: a batch-32 decode step ~2% slower), so a
+  // descheduled thread, or the last range of a region, holds the others back only a little.
   void PackedGemm(const float* x, const float* packed, int32_t m, int32_t n, int32_t k, float* y) {
     if (m <= 0 || n <= 0) return;
     const int32_t panels = NumPanels(n);
     const double flops = 2.0 * m * n * k;
     const int32_t parts =
-        flops < 2e5 || num_threads_ == 1 ? 1 : std::min<int32_t>(4 * num_threads_, panels);
+        flops < 2e5 || num_threads_ == 1 ? 1 : std::min<int32_t>(8 * num_threads_, panels);
     if (parts <= 1) {
       GemmPackedPanels(x, packed, m, n, k, 0, panels, y);
       return;
@@ -598,6 +660,30 @@ class CpuBackend final : public Backend {
       const int32_t pb1 = std::min(panels, pb0 + per);
       if (pb1 > pb0) GemmPackedPanels(x, packed, m, n, k, pb0, pb1, y);
     });
+  }
+
+  // Whether n rows of vocab logits are worth a parallel region (each costs a hand-over).
+  bool ShareRows(int32_t n, int32_t vocab) const {
+    return num_threads_ > 1 && n > 1 && static_cast<int64_t>(n) * vocab >= 65536;
+  }
+  // Runs row(i) for i in [0, n) on the pool and returns the first error in row order. An
+  // exception (an allocation failing) is caught on the thread that ran the row, where it would
+  // otherwise end the process, and comes back as that row's error.
+  Status EachRow(int32_t n, const std::function<Status(int64_t)>& row) {
+    std::vector<Status> status(n);
+    pool_->ParallelFor(n, [&](int64_t i) {
+      try {
+        status[i] = row(i);
+      } catch (const std::bad_alloc&) {
+        status[i] = ResourceExhausted("out of memory sampling a row");
+      } catch (const std::exception& e) {
+        status[i] = Internal(std::string("sampling a row: ") + e.what());
+      }
+    });
+    for (const Status& s : status) {
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
   }
 
   // Runs fn(i) for i in [0, n) on the pool when `parallel`, else inline: each parallel region

@@ -29,8 +29,13 @@
 namespace tinyserve {
 namespace {
 
-enum class Device { kCpu, kCuda };
-void PrintTo(Device d, std::ostream* os) { *os << (d == Device::kCpu ? "cpu" : "cuda"); }
+// kCpuThreads: the CPU backend with three threads, whose SampleRows and ScoreRows share the rows
+// of a large enough block out over its pool.
+enum class Device { kCpu, kCpuThreads, kCuda };
+const char* DeviceName(Device d) {
+  return d == Device::kCpu ? "cpu" : (d == Device::kCpuThreads ? "cpu3threads" : "cuda");
+}
+void PrintTo(Device d, std::ostream* os) { *os << DeviceName(d); }
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -200,6 +205,8 @@ class BackendSamplerTest : public ::testing::TestWithParam<Device> {
   void SetUp() override {
     if (GetParam() == Device::kCpu) {
       backend_ = CreateCpuBackend(1);
+    } else if (GetParam() == Device::kCpuThreads) {
+      backend_ = CreateCpuBackend(3);
     } else {
       TS_SKIP_WITHOUT_CUDA();
       backend_ = MakeCudaBackend(DType::kFloat32);
@@ -518,9 +525,9 @@ TEST_P(BackendSamplerTest, ScoresPromptTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendSamplerTest,
-                         ::testing::Values(Device::kCpu, Device::kCuda),
+                         ::testing::Values(Device::kCpu, Device::kCpuThreads, Device::kCuda),
                          [](const ::testing::TestParamInfo<Device>& p) {
-                           return std::string(p.param == Device::kCpu ? "cpu" : "cuda");
+                           return std::string(DeviceName(p.param));
                          });
 
 // Only the requested results cross to the host: prompt logprobs of 5 rows of a [64, 32000] logits

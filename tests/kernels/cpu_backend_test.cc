@@ -257,6 +257,60 @@ TEST_P(BackendOpTest, AddRmsNormUpdatesResidualAndNormalizesTheSum) {
   }
 }
 
+// run.c's RMSNorm, the float ops in its order: the squares summed left to right in one float,
+// divided by dim, eps added, 1 / sqrtf, then weight * (inv * x).
+std::vector<float> RunCRmsNorm(const std::vector<float>& x, const std::vector<float>& weight,
+                               int32_t n, int32_t dim, float eps) {
+  std::vector<float> out(x.size());
+  for (int32_t t = 0; t < n; ++t) {
+    const float* xt = &x[static_cast<size_t>(t) * dim];
+    float ss = 0.0f;
+    for (int32_t j = 0; j < dim; ++j) {
+      const float sq = xt[j] * xt[j];
+      ss += sq;
+    }
+    ss /= static_cast<float>(dim);
+    ss += eps;
+    ss = 1.0f / std::sqrt(ss);
+    for (int32_t j = 0; j < dim; ++j) {
+      const float scaled = ss * xt[j];
+      out[static_cast<size_t>(t) * dim + j] = weight[j] * scaled;
+    }
+  }
+  return out;
+}
+
+// The CPU backend's RMSNorm is run.c's bit for bit, whatever the number of rows: rows are taken
+// eight at a time (side-by-side sums) and the rest one by one, on one thread or shared out (97 x
+// 768 is over the parallel threshold), and no row's bits depend on its neighbours.
+TEST_P(BackendOpTest, RmsNormIsRunCsFloatOrderForEveryRowCount) {
+  std::mt19937 rng(5);
+  for (const int32_t dim : {8, 97, 768}) {
+    for (const int32_t n : {1, 7, 8, 9, 17, 32, 97}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " dim=" + std::to_string(dim));
+      const size_t size = static_cast<size_t>(n) * dim;
+      const std::vector<float> x = RandomFloats(rng, size, -2.0f, 2.0f);
+      const std::vector<float> delta = RandomFloats(rng, size);
+      const std::vector<float> weight = RandomFloats(rng, dim, 0.5f, 1.5f);
+      DeviceBuffer d_x = Upload(backend(), x), d_w = Upload(backend(), weight);
+      DeviceBuffer d_delta = Upload(backend(), delta), d_out(backend(), sizeof(float) * size);
+
+      backend()->RmsNorm(d_x.as<float>(), d_w.as<float>(), n, dim, 1e-5f, d_out.as<float>());
+      EXPECT_TRUE(BitwiseEqual(Download<float>(backend(), d_out, size),
+                               RunCRmsNorm(x, weight, n, dim, 1e-5f)))
+          << "RmsNorm";
+
+      backend()->AddRmsNorm(d_x.as<float>(), d_delta.as<float>(), d_w.as<float>(), n, dim, 1e-6f,
+                            d_out.as<float>());
+      std::vector<float> sum(size);
+      for (size_t i = 0; i < size; ++i) sum[i] = x[i] + delta[i];
+      EXPECT_TRUE(BitwiseEqual(Download<float>(backend(), d_out, size),
+                               RunCRmsNorm(sum, weight, n, dim, 1e-6f)))
+          << "AddRmsNorm";
+    }
+  }
+}
+
 TEST_P(BackendOpTest, GemmMatchesReference) {
   struct Shape {
     int32_t m, n, k;
