@@ -66,10 +66,10 @@ std::string JsonEscapeOf(uint32_t cp) {
 
 bool NeedsJsonEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
 
-// Groups nested deeper than this are refused: the parser recurses once per level (and so does
-// the GBNF parser its output goes to, which allows 1000 levels: each regex group may add one
-// for its alternatives, and a char set with escaped chars one more).
-constexpr int kMaxRegexGroupDepth = 300;
+// Groups nested deeper than this are refused: the parser recurses once per level, and so does the
+// GBNF parser its output goes to, which allows 256 levels: a regex group becomes up to three (the
+// group, its alternatives, a quantifier), and a char set with escaped chars one more.
+constexpr int kMaxRegexGroupDepth = 64;
 
 const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};

@@ -45,14 +45,14 @@ struct Case {
   std::vector<std::string> rejected;  // strings that are not (not even as a prefix of one)
 };
 
-// ( ) groups nest at most 1000 deep (the parser recurses once per level).
-TEST(GbnfTest, GroupsNestAtMostAThousandDeep) {
+// ( ) groups nest at most 256 deep (the parser recurses once per level).
+TEST(GbnfTest, GroupsNestAtMost256Deep) {
   auto groups = [](int n) {
     return "root ::= " + std::string(n, '(') + "\"a\"" + std::string(n, ')') + "\n";
   };
-  EXPECT_EQ(ErrorOf(groups(1000)), "ok");
-  EXPECT_EQ(ErrorOf(groups(1001)), "grammar line 1: groups nest deeper than the limit of 1000");
-  EXPECT_EQ(ErrorOf(groups(100000)), "grammar line 1: groups nest deeper than the limit of 1000");
+  EXPECT_EQ(ErrorOf(groups(256)), "ok");
+  EXPECT_EQ(ErrorOf(groups(257)), "grammar line 1: groups nest deeper than the limit of 256");
+  EXPECT_EQ(ErrorOf(groups(100000)), "grammar line 1: groups nest deeper than the limit of 256");
 }
 
 // Grammars as deep as they are long: a chain of 100,000 rules each first referring to the next
