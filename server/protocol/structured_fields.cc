@@ -34,7 +34,7 @@ std::optional<ApiError> ReadSchema(const nlohmann::json& value, const std::strin
       return Bad(param, "`" + param + "` nests arrays and objects deeper than the limit of " +
                             std::to_string(kMaxJsonDepth) + " levels.");
     }
-    nlohmann::json parsed = ParseJsonText<nlohmann::json>(text);
+    nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) {
       return Bad(param, "`" + param + "` is not valid JSON text of a JSON Schema.");
     }

@@ -161,7 +161,7 @@ std::optional<ApiError> ParseToolCall(const nlohmann::json& c, const std::string
                                     std::to_string(kMaxJsonDepth) + " levels",
                                 fpath + ".arguments");
   }
-  const Json parsed = ParseJsonText<Json>(*arguments);
+  const Json parsed = Json::parse(*arguments, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object()) {
     return ApiError::BadRequest(
         Quoted(fpath + ".arguments") + " must be a JSON object encoded as a string",
