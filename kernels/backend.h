@@ -64,6 +64,18 @@ struct AttentionMetadata {
   int32_t block_size = 0;
 };
 
+// The largest step an executor can hand its backend (ModelRunner::Init: the scheduler's limits and
+// the model's shapes), for Backend::ReserveScratch.
+struct StepLimits {
+  int32_t max_tokens = 0;   // rows of a step's activations (max_num_batched_tokens)
+  int32_t max_seqs = 0;     // sequences in a step, each sampled at most once; penalty histories
+  int32_t max_context = 0;  // the widest block table a step passes, in positions
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int32_t max_linear_k = 0;  // the widest input of any weight matrix (its cols)
+  int32_t vocab = 0;
+  int32_t max_top_logprobs = 0;  // top logprobs a sampled row may ask for (the API's cap)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -85,6 +97,12 @@ class Backend {
   // Sets *free_bytes and *total_bytes of device memory and returns true, or returns false when the
   // device has no such notion (the CPU).
   virtual bool MemoryInfo(size_t* /*free_bytes*/, size_t* /*total_bytes*/) const { return false; }
+  // Allocates now every scratch buffer a step within `limits` needs (after the weights are
+  // uploaded, before the KV cache is sized from MemoryInfo), so that such a step allocates nothing
+  // and what is left for the KV cache is what is really left. Rarer needs beyond the limits
+  // (prompt-logprob rows, more top logprobs, long token lists, more penalty histories than
+  // sequences) still grow on demand. Returns ResourceExhausted when the memory cannot be had.
+  virtual Status ReserveScratch(const StepLimits& /*limits*/) { return Status::Ok(); }
 
   // ---- weights ----------------------------------------------------------------------------------
   // The dtype UploadWeight stores matrices in: fp32 on the CPU; bf16 or fp32 on CUDA.

@@ -5,6 +5,13 @@
 #include <string>
 
 namespace tinyserve {
+namespace {
+
+// The top logprobs a sampled row may ask for, as the API caps them (vLLM's max_logprobs, 20:
+// server/protocol/sampling_fields.h); the backend's scratch is reserved for that many.
+constexpr int32_t kReservedTopLogprobs = 20;
+
+}  // namespace
 
 int64_t ModelRunner::KvBytesPerToken(const ModelConfig& c, int64_t element_bytes) {
   return 2 * static_cast<int64_t>(c.num_layers) * c.kv_dim() * element_bytes;
@@ -197,6 +204,23 @@ Status ModelRunner::Init() {
       }
     }
   }
+  // The backend's scratch for that step too (attention splits, activations for its GEMMs,
+  // sampling, penalty histories), before what is left is measured for the KV cache.
+  StepLimits limits;
+  limits.max_tokens = tokens;
+  limits.max_seqs = seqs;
+  limits.max_context = graph_table_width_ * options_.block_size;
+  limits.num_heads = c.num_heads;
+  limits.num_kv_heads = c.num_kv_heads;
+  limits.head_dim = c.head_dim;
+  limits.max_linear_k = std::max({c.dim, c.q_dim(), c.hidden_dim});
+  limits.vocab = c.vocab_size;
+  limits.max_top_logprobs = kReservedTopLogprobs;
+  if (Status s = backend_->ReserveScratch(limits); !s.ok()) {
+    return ResourceExhausted("cannot reserve the backend's scratch for a step of " +
+                             std::to_string(tokens) + " tokens and " + std::to_string(seqs) +
+                             " sequences: " + s.message());
+  }
   if (options_.num_kv_blocks == 0) TS_RETURN_IF_ERROR(SizeKvCacheFromMemory());
 
   const int64_t element_bytes = static_cast<int64_t>(backend_->KvCacheElementBytes());
@@ -223,8 +247,10 @@ Status ModelRunner::SizeKvCacheFromMemory() {
     return InvalidArgument("the backend reports no memory size: give the number of KV blocks");
   }
   // vLLM's rule: everything this process holds stays within utilization * total. What is in use
-  // now (weights, workspace, other processes) counts against it; 64 MiB is left for the scratch
-  // buffers the backend grows on first use (attention splits, bf16 activations).
+  // now (weights, workspace, the backend's reserved scratch, other processes) counts against it;
+  // 64 MiB is left for what the CUDA runtime allocates later by itself (kernels loaded lazily on
+  // first launch, instantiated graphs) and for rarer scratch growth (prompt-logprob rows, long
+  // token lists), which fails only its own step when memory is short.
   const double budget = options_.gpu_memory_utilization * static_cast<double>(total_bytes) -
                         static_cast<double>(total_bytes - free_bytes) - double{64 << 20};
   const double block_bytes = static_cast<double>(KvBytesPerToken(

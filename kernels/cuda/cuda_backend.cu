@@ -8,8 +8,9 @@
 // activations quantized to int8 and integer dot products for every m with --batch-invariant and
 // for decode-sized m (<= kQuantDotRows) otherwise, giving the CPU backend's bits; larger m without
 // --batch-invariant dequantize slices of the weights to bf16 for cuBLAS.
-// Scratch buffers (attention splits, bf16 activations) only grow; outgrown ones are kept until the
-// backend goes, so recorded CUDA graphs never point at freed memory.
+// Scratch buffers (attention splits, bf16 activations, sampling) are reserved at start-up for the
+// largest step (ReserveScratch) and only grow beyond it on rarer needs; outgrown ones are kept
+// until the backend goes, so recorded CUDA graphs never point at freed memory.
 //
 // cuBLAS is loaded with dlopen when the first CUDA backend is created, not linked into the binary:
 // libcublas + libcublasLt are ~700 MB whose loading and relocation would cost every run, CPU-only
@@ -209,6 +210,80 @@ class CudaBackend final : public Backend {
   }
   bool MemoryInfo(size_t* free_bytes, size_t* total_bytes) const override {
     return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+  }
+
+  // Every scratch buffer at the size the largest step within `l` asks of it (the same
+  // computations as the ops below), so that no such step allocates: the attention splits, the bf16
+  // activations of the cuBLAS path, the quantized activations and dequantized slices (for the
+  // matrices uploaded so far: call after the weights), the sampling rows, results and top-20
+  // entries, the processed logits, the structured-output masks, and penalty histories for
+  // max_seqs requests (vLLM's profile run samples max_num_seqs rows with penalties likewise).
+  Status ReserveScratch(const StepLimits& l) override {
+    if (l.max_tokens <= 0 || l.max_seqs <= 0 || l.max_context <= 0 || l.vocab <= 0 ||
+        l.max_linear_k <= 0) {
+      return InvalidArgument("ReserveScratch: limits must be positive");
+    }
+    const size_t tokens = static_cast<size_t>(l.max_tokens);
+    const size_t seqs = static_cast<size_t>(l.max_seqs);
+    const size_t vocab = static_cast<size_t>(l.vocab);
+    auto reserve = [&](void** buf, size_t* cap, size_t bytes) {
+      return bytes == 0 || Scratch(buf, cap, bytes) != nullptr;
+    };
+    bool ok = true;
+    size_t attn_floats = 0;  // ChooseAttentionSplits is 1 from some row count on: try each
+    for (int32_t t = 1; t <= l.max_tokens; ++t) {
+      const int32_t splits = cuda::ChooseAttentionSplits(t, l.num_heads, l.num_kv_heads, l.head_dim,
+                                                         kv_bf16(), l.max_context, num_sms_);
+      attn_floats = std::max(attn_floats,
+                             cuda::PagedAttentionScratchFloats(t, l.num_heads, l.head_dim, splits));
+    }
+    ok = ok && reserve(&attn_scratch_, &attn_scratch_bytes_, attn_floats * sizeof(float));
+    // Linear: bf16 x for cuBLAS (bf16 or quantized weights, rows beyond the small-m kernels).
+    const bool any_quant = !quant_.empty();
+    if (!batch_invariant_ && (dtype_ == DType::kBFloat16 || any_quant)) {
+      ok = ok && reserve(&bf16_scratch_, &bf16_scratch_bytes_,
+                         tokens * l.max_linear_k * sizeof(__nv_bfloat16));
+    }
+    // The quantized matrices: each buffer at the largest any of them asks (one allocation each).
+    const int32_t dot_rows =
+        batch_invariant_ ? l.max_tokens : std::min(l.max_tokens, kQuantDotRows);
+    size_t q8k_bytes = 0, q8_0_bytes = 0, dequant_bytes = 0;
+    for (const auto& [data, q] : quant_) {
+      for (int32_t p = 0; p < q.num_parts; ++p) {
+        const bool kq = IsKQuant(q.parts[p].type);
+        size_t& bytes = kq ? q8k_bytes : q8_0_bytes;
+        bytes = std::max(bytes, QuantizedRows(kq, dot_rows, q.cols).bytes());
+      }
+      if (!batch_invariant_ && l.max_tokens > kQuantDotRows) {
+        dequant_bytes = std::max(dequant_bytes,
+                                 DequantSliceRows(q.cols, q.rows) * q.cols * sizeof(__nv_bfloat16));
+      }
+    }
+    ok = ok && reserve(&q8k_scratch_, &q8k_scratch_bytes_, q8k_bytes) &&
+         reserve(&q8_0_scratch_, &q8_0_scratch_bytes_, q8_0_bytes) &&
+         reserve(&dequant_scratch_, &dequant_scratch_bytes_, dequant_bytes);
+    const size_t top = static_cast<size_t>(std::min(l.max_top_logprobs, l.vocab));
+    const size_t words = (vocab + 31) / 32;
+    ok = ok &&
+         reserve(&d_sample_rows_, &d_sample_rows_bytes_, sizeof(cuda::DeviceSampleRow) * seqs) &&
+         reserve(&d_results_, &d_results_bytes_, sizeof(cuda::SampleResult) * seqs) &&
+         reserve(&d_top_, &d_top_bytes_, sizeof(cuda::TopLogprob) * seqs * top) &&
+         reserve(&d_sample_scratch_, &d_sample_scratch_bytes_, sizeof(float) * seqs * vocab) &&
+         reserve(&d_bitmask_, &d_bitmask_bytes_, 4 * (seqs * words + seqs)) &&
+         // ScoreRows' targets and counts; a few listed ids a row (logit_bias, stop ids masked by
+         // min_tokens, allowed ids; longer lists grow the buffers)
+         reserve(&d_ids_, &d_ids_bytes_, 4 * kReservedIdsPerRow * seqs) &&
+         reserve(&d_bias_, &d_bias_bytes_, 4 * kReservedIdsPerRow * seqs) &&
+         // AddPenaltyOutputs' slots and tokens
+
+         reserve(&d_penalty_tokens_, &d_penalty_tokens_bytes_, 8 * seqs);
+    if (ok && penalty_vocab_ != l.vocab) {
+      FreePenaltyTables();
+      penalty_vocab_ = l.vocab;
+    }
+    ok = ok && (penalty_slots_ >= l.max_seqs || GrowPenaltyTables(l.max_seqs));
+    if (!ok) return TakeError();
+    return Synchronize();
   }
 
   // ---- weights ----------------------------------------------------------------------------------
@@ -696,6 +771,9 @@ class CudaBackend final : public Backend {
   static constexpr int32_t kQuantDotRows = 8;
   // The bf16 slice of a quantized matrix that one cuBLAS call reads, at most (values).
   static constexpr size_t kDequantSliceValues = size_t{16} << 20;
+  // The ids a sampled row may list (logit_bias, masked stop ids, allowed ids) within the scratch
+  // reserved at start-up.
+  static constexpr size_t kReservedIdsPerRow = 16;
 
   const QuantDesc* FindQuant(const WeightRef& w) {
     const auto it = quant_.find(const_cast<void*>(w.data));
@@ -706,16 +784,27 @@ class CudaBackend final : public Backend {
     return &it->second;
   }
 
-  // x [m, k] quantized as Q8_K (`k_quant`) or Q8_0 into its scratch buffer; false on failure.
-  bool QuantizeRows(bool k_quant, const float* x, int32_t m, int32_t k, cuda::Q8Activations* a) {
+  // The bytes of m rows of k activations quantized as Q8_K (`k_quant`) or Q8_0, and where each
+  // array starts (QuantizeRows' layout).
+  struct QuantizedRowsLayout {
+    size_t qs = 0, d = 0, sums = 0;
+    size_t bytes() const { return qs + 2 * d + sums; }
+  };
+  static QuantizedRowsLayout QuantizedRows(bool k_quant, int32_t m, int32_t k) {
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
     const size_t rows = static_cast<size_t>(m);
     const size_t nb = static_cast<size_t>(k) / (k_quant ? 256 : 32);
     const size_t nsums = static_cast<size_t>(k) / (k_quant ? 16 : 32);
-    const size_t qs = up(rows * k), d = up(rows * nb * 4), sums = up(rows * nsums * 2);
+    return {up(rows * k), up(rows * nb * 4), up(rows * nsums * 2)};
+  }
+
+  // x [m, k] quantized as Q8_K (`k_quant`) or Q8_0 into its scratch buffer; false on failure.
+  bool QuantizeRows(bool k_quant, const float* x, int32_t m, int32_t k, cuda::Q8Activations* a) {
+    const QuantizedRowsLayout layout = QuantizedRows(k_quant, m, k);
+    const size_t qs = layout.qs, d = layout.d;
     void** buf = k_quant ? &q8k_scratch_ : &q8_0_scratch_;
     size_t* cap = k_quant ? &q8k_scratch_bytes_ : &q8_0_scratch_bytes_;
-    auto* base = static_cast<uint8_t*>(Scratch(buf, cap, qs + 2 * d + sums));
+    auto* base = static_cast<uint8_t*>(Scratch(buf, cap, layout.bytes()));
     if (base == nullptr) return false;
     a->qs = reinterpret_cast<int8_t*>(base);
     a->d = reinterpret_cast<float*>(base + qs);
@@ -764,9 +853,9 @@ class CudaBackend final : public Backend {
     Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
     const int32_t slice_rows =
         static_cast<int32_t>(std::max<size_t>(1, kDequantSliceValues / static_cast<size_t>(k)));
-    auto* wb = static_cast<__nv_bfloat16*>(
-        Scratch(&dequant_scratch_, &dequant_scratch_bytes_,
-                static_cast<size_t>(std::min(slice_rows, n)) * k * sizeof(__nv_bfloat16)));
+    auto* wb =
+        static_cast<__nv_bfloat16*>(Scratch(&dequant_scratch_, &dequant_scratch_bytes_,
+                                            DequantSliceRows(k, n) * k * sizeof(__nv_bfloat16)));
     if (wb == nullptr) return;
     int32_t row0 = 0;
     for (int32_t p = 0; p < q.num_parts; ++p) {
@@ -786,6 +875,12 @@ class CudaBackend final : public Backend {
       }
       row0 += part.rows;
     }
+  }
+
+  // The rows of one dequantized slice of an n x k quantized matrix.
+  static size_t DequantSliceRows(int32_t k, int32_t n) {
+    return std::min(std::max<size_t>(1, kDequantSliceValues / static_cast<size_t>(k)),
+                    static_cast<size_t>(n));
   }
 
   void* Scratch(void** buf, size_t* cap, size_t bytes) {

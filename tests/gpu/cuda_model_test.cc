@@ -18,6 +18,9 @@
 #include "models/model_runner.h"
 #include "models/static_batch_generator.h"
 #include "tests/gpu/gpu_test_util.h"
+#ifdef TINYSERVE_GPU_HOST
+#include "tests/gpu_host/executor.h"
+#endif
 
 namespace tinyserve {
 namespace {
@@ -199,6 +202,7 @@ struct InvariantCase {
   // than greedy.
   bool sampled = false;
   uint64_t seed = 0;
+  int32_t logprobs = 2;  // when sampled
 };
 
 std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& cases,
@@ -232,7 +236,7 @@ std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& ca
       p.presence_penalty = 0.2f;
       p.min_tokens = 4;
       p.logit_bias = {{13, 1.5f}, {42, -2.0f}};
-      p.logprobs = 2;
+      p.logprobs = cases[i].logprobs;
     }
     auto s = engine.Submit(req);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -251,6 +255,55 @@ std::vector<std::vector<int32_t>> RunEngine(const std::vector<InvariantCase>& ca
   }
   if (preemptions != nullptr) *preemptions = counter.n;
   return outputs;
+}
+
+// Issue 19 item 5: the backend's scratch is reserved at start-up for the largest step the engine
+// can schedule, so that no step within those limits allocates device memory (a step could
+// otherwise fail for memory the KV cache was sized into, or grow a buffer inside a graph capture):
+// a full prefill step and full decode steps, every row sampled with penalties, logit_bias,
+// min_tokens and 20 top logprobs, on the cuBLAS path (bf16 weights) and the batch-invariant one.
+// The allocations are counted on the host execution layer; a GPU runs the same steps.
+TEST_F(CudaModelTest, StepsWithinTheLimitsAllocateNothingAfterStartUp) {
+  const int32_t seqs = kOnHostLayer ? 16 : 64;
+  const int32_t tokens = kOnHostLayer ? 256 : 512;
+  for (const bool invariant : {false, true}) {
+    SCOPED_TRACE(invariant ? "batch-invariant fp32" : "cuBLAS bf16");
+    ModelRunnerOptions o;
+    o.block_size = 16;
+    o.num_kv_blocks = 2 * seqs * 2;  // no preemption: every request's blocks fit
+    o.max_num_seqs = seqs;
+    o.max_num_batched_tokens = tokens;
+    o.max_model_len = 64;
+    auto created = ModelRunner::Create(
+        *weights_,
+        MakeCudaBackend(invariant ? DType::kFloat32 : DType::kBFloat16, invariant,
+                        invariant ? DType::kFloat32 : DType::kBFloat16),
+        o);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+#ifdef TINYSERVE_GPU_HOST
+    const int64_t before = gpu_host::NumDeviceAllocations();
+#endif
+    std::vector<InvariantCase> cases(seqs);
+    for (int32_t i = 0; i < seqs; ++i) {
+      InvariantCase& c = cases[i];
+      c.prompt = {1};  // the prompts fill one step of `tokens`
+      for (int32_t j = 1; j < tokens / seqs; ++j) c.prompt.push_back(3 + (i * 31 + j * 7) % 500);
+      c.max_tokens = 6;
+      c.sampled = true;
+      c.seed = 900 + i;
+      c.logprobs = 20;
+    }
+    EngineConfig config;
+    config.max_num_seqs = seqs;
+    config.max_num_batched_tokens = tokens;
+    int64_t preemptions = 0;
+    const auto outputs = RunEngine(cases, **created, config, &preemptions);
+    EXPECT_EQ(preemptions, 0);
+    for (const auto& out : outputs) EXPECT_EQ(out.size(), 6u);
+#ifdef TINYSERVE_GPU_HOST
+    EXPECT_EQ(gpu_host::NumDeviceAllocations(), before);
+#endif
+  }
 }
 
 // With --batch-invariant, which is what makes DESIGN §3's invariant hold by construction on CUDA

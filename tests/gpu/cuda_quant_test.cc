@@ -22,6 +22,9 @@
 #include "models/static_batch_generator.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/models/test_util.h"
+#ifdef TINYSERVE_GPU_HOST
+#include "tests/gpu_host/executor.h"
+#endif
 
 namespace tinyserve {
 namespace {
@@ -252,11 +255,18 @@ TEST_F(CudaQuantTest, AQ4KMModelGeneratesAsOnTheCpu) {
     auto runner = ModelRunner::Create(model->weights, std::move(b), o);
     EXPECT_TRUE(runner.ok()) << runner.status().ToString();
     if (!runner.ok()) return std::vector<GeneratedSequence>{};
+#ifdef TINYSERVE_GPU_HOST
+    const int64_t allocations = gpu_host::NumDeviceAllocations();
+#endif
     StaticBatchOptions so;
     so.stop_token_ids = {};
     auto r = GenerateStaticBatch(**runner, ps, std::vector<int32_t>(ps.size(), steps), so,
                                  /*keep_logits=*/true);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
+#ifdef TINYSERVE_GPU_HOST
+    // The scratch of the quantized paths (int8 rows, dequantized slices) was reserved at start.
+    EXPECT_EQ(gpu_host::NumDeviceAllocations(), allocations);
+#endif
     return r.ok() ? *r : std::vector<GeneratedSequence>{};
   };
   {  // the model's own matrices (the fused ones stack parts), one Linear each: the CPU's bits
@@ -279,6 +289,8 @@ TEST_F(CudaQuantTest, AQ4KMModelGeneratesAsOnTheCpu) {
                     "a model matrix");
     }
   }
+  // The prefill path without --batch-invariant (dequantized bf16 slices, cuBLAS) runs too.
+  ASSERT_EQ(run(MakeCudaBackend(DType::kBFloat16), prompts).size(), prompts.size());
   const std::vector<GeneratedSequence> cpu = run(CreateCpuBackend(2), prompts);
   const std::vector<GeneratedSequence> gpu =
       run(MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/true), prompts);

@@ -60,4 +60,7 @@ int64_t NumKernelsRun();
 // since the process started.
 int64_t BytesCopiedToHost();
 
+// The number of successful cudaMalloc calls since the process started.
+int64_t NumDeviceAllocations();
+
 }  // namespace tinyserve::gpu_host

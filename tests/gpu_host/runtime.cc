@@ -73,6 +73,7 @@ struct State {
   std::string last_kernel = "(none)";
   int64_t kernels_run = 0;
   int64_t bytes_to_host = 0;            // device-to-host bytes copied by cudaMemcpy(Async)
+  int64_t allocations = 0;              // successful cudaMalloc calls
   std::vector<CUstream_st*> capturing;  // streams capturing now
 };
 
@@ -191,6 +192,11 @@ std::vector<std::string> TakeFaults() {
 int64_t NumKernelsRun() { return S().kernels_run; }
 
 int64_t BytesCopiedToHost() { return S().bytes_to_host; }
+
+int64_t NumDeviceAllocations() {
+  std::lock_guard<std::recursive_mutex> lock(S().mu);
+  return S().allocations;
+}
 
 cudaError_t CheckDeviceRange(const void* ptr, size_t bytes, const char* what) {
   if (bytes == 0) return cudaSuccess;
@@ -360,6 +366,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   std::memset(a.raw + kGuardBytes + bytes, kGuardByte, kGuardBytes);
   PoisonGuards(a, true);
   S().used += bytes;
+  ++S().allocations;
   *ptr = a.raw + kGuardBytes;
   S().allocs.emplace(a.raw + kGuardBytes, a);
   return cudaSuccess;
