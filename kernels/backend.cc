@@ -1,5 +1,7 @@
 // The Backend ops with a default implementation: sampling and scoring on the host.
+#include <algorithm>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -28,6 +30,13 @@ StatusOr<const float*> HostRows(Backend& b, const float* logits, int32_t vocab, 
 }
 
 }  // namespace
+
+void* Backend::AllocateHostStaging(size_t bytes) {
+  return ::operator new (std::max<size_t>(bytes, 1), std::align_val_t{64}, std::nothrow);
+}
+void Backend::FreeHostStaging(void* ptr) {
+  if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{64});
+}
 
 WeightRef Backend::UploadQuantMatrix(const QuantPart* parts, int32_t num_parts, int32_t cols) {
   int64_t rows = 0;

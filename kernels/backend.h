@@ -59,9 +59,15 @@ struct AttentionMetadata {
   int32_t num_seqs = 0;
   const int32_t* positions = nullptr;     // [num_tokens]
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
-  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* block_tables = nullptr;  // [num_seqs, TableStride()]
+  // The widest table the step may pass (what kernels size their launch for), and the row stride
+  // of block_tables unless `table_stride` is set.
   int32_t max_blocks_per_seq = 0;
   int32_t block_size = 0;
+  // Optional device scalar: the row stride of block_tables when it is narrower than
+  // max_blocks_per_seq (a replayed CUDA graph keeps its launch for the widest table while each
+  // step uploads only its own width). Null: max_blocks_per_seq.
+  const int32_t* table_stride = nullptr;
 };
 
 // The largest step an executor can hand its backend (ModelRunner::Init: the scheduler's limits and
@@ -91,6 +97,13 @@ class Backend {
   // Returns zeroed device memory of `bytes` bytes, or nullptr if it cannot be had.
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Deallocate(void* ptr) = 0;
+  // Host memory (64-byte aligned) the device copies from directly (CUDA: page-locked), for the
+  // inputs uploaded every step; nullptr if it cannot be had. Free it with FreeHostStaging.
+  virtual void* AllocateHostStaging(size_t bytes);
+  virtual void FreeHostStaging(void* ptr);
+  // Copies host memory to the device. From ordinary host memory the call returns once `host_src`
+  // may be reused; from AllocateHostStaging memory it may return before the device has read it
+  // (CUDA: one asynchronous DMA from pinned memory): keep that unchanged until Synchronize().
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual Status Synchronize() = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace tinyserve {
@@ -29,10 +30,8 @@ ModelRunner::~ModelRunner() {
   // Graphs and buffers must go before the backend that made them.
   if (backend_ != nullptr) backend_->ClearGraphs();
   x_ = {}, xb_ = {}, qkv_ = {}, att_ = {}, delta_ = {}, gate_up_ = {}, hidden_ = {};
-  sampled_x_ = {}, logits_ = {}, d_tokens_ = {}, d_positions_ = {}, d_slots_ = {};
-  d_query_start_ = {}, d_block_tables_ = {}, d_sample_rows_ = {}, kv_cache_ = {};
-  g_tokens_ = {}, g_positions_ = {}, g_slots_ = {}, g_query_start_ = {}, g_block_tables_ = {};
-  g_sample_rows_ = {};
+  sampled_x_ = {}, logits_ = {}, d_inputs_ = {}, g_inputs_ = {}, kv_cache_ = {};
+  if (backend_ != nullptr) backend_->FreeHostStaging(staging_);
   weight_buffers_.clear();
   for (void* p : matrix_buffers_) backend_->Deallocate(p);
 }
@@ -190,17 +189,12 @@ Status ModelRunner::Init() {
   if (!backend_->is_host()) {
     const int32_t max_graph = graph_sizes_.back();
     if (use_graphs_) {
-      Backend* b = backend_.get();
-      const size_t g = static_cast<size_t>(max_graph);
-      g_tokens_ = DeviceBuffer(b, g * 4);
-      g_positions_ = DeviceBuffer(b, g * 4);
-      g_slots_ = DeviceBuffer(b, g * 8);
-      g_query_start_ = DeviceBuffer(b, (g + 1) * 4);
-      g_block_tables_ = DeviceBuffer(b, g * graph_table_width_ * 4);
-      g_sample_rows_ = DeviceBuffer(b, g * 4);
-      if (!g_tokens_.ok() || !g_positions_.ok() || !g_slots_.ok() || !g_query_start_.ok() ||
-          !g_block_tables_.ok() || !g_sample_rows_.ok()) {
-        return ResourceExhausted("out of device memory for the decode graph inputs");
+      const size_t bytes = LayoutInputs(max_graph, max_graph, max_graph,
+                                        static_cast<size_t>(max_graph) * graph_table_width_)
+                               .bytes;
+      g_inputs_ = DeviceBuffer(backend_.get(), bytes);
+      if (!g_inputs_.ok() || (bytes > staging_bytes_ && !GrowStaging(bytes))) {
+        return ResourceExhausted("out of memory for the decode graph inputs");
       }
     }
   }
@@ -286,24 +280,20 @@ Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_
     ok = ok && grow(x_, n * c.dim * 4) && grow(xb_, n * c.dim * 4) &&
          grow(qkv_, n * qkv_width * 4) && grow(att_, n * c.q_dim() * 4) &&
          grow(delta_, n * c.dim * 4) && grow(gate_up_, n * 2 * c.hidden_dim * 4) &&
-         grow(hidden_, n * c.hidden_dim * 4) && grow(d_tokens_, n * 4) &&
-         grow(d_positions_, n * 4) && grow(d_slots_, n * 8);
+         grow(hidden_, n * c.hidden_dim * 4);
     cap_tokens_ = num_tokens;
   }
-  if (num_seqs > cap_seqs_) {
-    ok = ok && grow(d_query_start_, (static_cast<size_t>(num_seqs) + 1) * 4);
-    cap_seqs_ = num_seqs;
-  }
+  cap_seqs_ = std::max(cap_seqs_, num_seqs);
   if (num_sampled > cap_sampled_) {
     const size_t m = static_cast<size_t>(num_sampled);
-    ok = ok && grow(sampled_x_, m * c.dim * 4) && grow(logits_, m * c.vocab_size * 4) &&
-         grow(d_sample_rows_, m * 4);
+    ok = ok && grow(sampled_x_, m * c.dim * 4) && grow(logits_, m * c.vocab_size * 4);
     cap_sampled_ = num_sampled;
   }
-  if (table_entries > cap_table_) {
-    ok = ok && grow(d_block_tables_, static_cast<size_t>(table_entries) * 4);
-    cap_table_ = table_entries;
-  }
+  cap_table_ = std::max(cap_table_, table_entries);
+  const size_t input_bytes =
+      LayoutInputs(cap_tokens_, cap_seqs_, cap_sampled_, static_cast<size_t>(cap_table_)).bytes;
+  ok = ok && grow(d_inputs_, input_bytes) &&
+       (input_bytes <= staging_bytes_ || GrowStaging(input_bytes));
   if (grown && !graph_ids_.empty()) {  // recorded graphs point at the old buffers
     backend_->ClearGraphs();
     graph_ids_.clear();
@@ -316,10 +306,55 @@ Status ModelRunner::EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_
   return Status::Ok();
 }
 
+ModelRunner::InputLayout ModelRunner::LayoutInputs(int32_t n, int32_t seqs, int32_t rows,
+                                                   size_t table_entries) {
+  InputLayout l{};
+  size_t at = 0;
+  auto part = [&at](size_t bytes) {
+    const size_t start = at;
+    at += (bytes + 15) / 16 * 16;
+    return start;
+  };
+  l.slots = part(static_cast<size_t>(n) * 8);
+  l.tokens = part(static_cast<size_t>(n) * 4);
+  l.positions = part(static_cast<size_t>(n) * 4);
+  l.query_start = part((static_cast<size_t>(seqs) + 1) * 4);
+  l.sample_rows = part(static_cast<size_t>(rows) * 4);
+  l.table_stride = part(4);
+  l.block_tables = part(table_entries * 4);
+  l.bytes = at;
+  return l;
+}
+
+bool ModelRunner::GrowStaging(size_t bytes) {
+  backend_->FreeHostStaging(staging_);  // (a pending copy from it is waited for first)
+  staging_pending_ = false;
+  staging_ = backend_->AllocateHostStaging(bytes);
+  staging_bytes_ = staging_ != nullptr ? bytes : 0;
+  return staging_ != nullptr;
+}
+
+char* ModelRunner::Staging(Status* status) {
+  if (staging_pending_) {
+    // The last step ended before its own wait (it failed): its copy may still read the buffer.
+    *status = backend_->Synchronize();
+    if (!status->ok()) return nullptr;
+    staging_pending_ = false;
+  }
+  return static_cast<char*>(staging_);
+}
+
+void ModelRunner::UploadStaged(void* device, size_t bytes) {
+  backend_->CopyToDevice(device, staging_, bytes);
+  staging_pending_ = true;  // until the step's own wait for its results
+}
+
 StatusOr<LogitsOutput> ModelRunner::ComputeLogits(const ScheduledBatch& batch) {
   StepRows rows;
   TS_RETURN_IF_ERROR(RunStep(batch, &rows));
-  return CopyLogits(batch, rows);
+  LogitsOutput out = CopyLogits(batch, rows);  // (CopyToHost waits for the step)
+  staging_pending_ = false;
+  return out;
 }
 
 LogitsOutput ModelRunner::CopyLogits(const ScheduledBatch& batch, const StepRows& rows) {
@@ -385,6 +420,7 @@ StatusOr<ExecutorOutput> ModelRunner::Execute(const ScheduledBatch& batch) {
   if (options_.keep_sampled_logits)
     last_sampled_logits_ = std::move(CopyLogits(batch, rows).logits);
   TS_RETURN_IF_ERROR(b.Synchronize());
+  staging_pending_ = false;
   sampling_.Accept(batch, out.sampled);
   return out;
 }
@@ -427,27 +463,33 @@ Status ModelRunner::RunStep(const ScheduledBatch& batch, StepRows* rows) {
   TS_RETURN_IF_ERROR(
       EnsureWorkspace(n, num_seqs, num_rows, static_cast<int32_t>(batch.block_tables.size())));
 
-  Backend& b = *backend_;
-  b.CopyToDevice(d_tokens_.as<void>(), batch.token_ids.data(), n * sizeof(int32_t));
-  b.CopyToDevice(d_positions_.as<void>(), batch.positions.data(), n * sizeof(int32_t));
-  b.CopyToDevice(d_slots_.as<void>(), batch.slot_mapping.data(), n * sizeof(int64_t));
-  b.CopyToDevice(d_query_start_.as<void>(), batch.query_start.data(),
-                 (num_seqs + 1) * sizeof(int32_t));
-  b.CopyToDevice(d_block_tables_.as<void>(), batch.block_tables.data(),
-                 batch.block_tables.size() * sizeof(int32_t));
-  b.CopyToDevice(d_sample_rows_.as<void>(), sample_rows.data(), num_rows * sizeof(int32_t));
+  // Every input in one copy from the staging buffer.
+  const InputLayout l = LayoutInputs(n, num_seqs, num_rows, batch.block_tables.size());
+  Status staged;
+  char* h = Staging(&staged);
+  if (h == nullptr) return staged;
+  std::memcpy(h + l.slots, batch.slot_mapping.data(), n * sizeof(int64_t));
+  std::memcpy(h + l.tokens, batch.token_ids.data(), n * sizeof(int32_t));
+  std::memcpy(h + l.positions, batch.positions.data(), n * sizeof(int32_t));
+  std::memcpy(h + l.query_start, batch.query_start.data(), (num_seqs + 1) * sizeof(int32_t));
+  std::memcpy(h + l.sample_rows, sample_rows.data(), num_rows * sizeof(int32_t));
+  std::memcpy(h + l.table_stride, &batch.max_blocks_per_seq, sizeof(int32_t));
+  std::memcpy(h + l.block_tables, batch.block_tables.data(),
+              batch.block_tables.size() * sizeof(int32_t));
+  UploadStaged(d_inputs_.as<void>(), l.bytes);
 
+  const char* d = d_inputs_.as<char>();
   StepInputs in;
-  in.tokens = d_tokens_.as<int32_t>();
-  in.slots = d_slots_.as<int64_t>();
-  in.sample_rows = d_sample_rows_.as<int32_t>();
+  in.tokens = reinterpret_cast<const int32_t*>(d + l.tokens);
+  in.slots = reinterpret_cast<const int64_t*>(d + l.slots);
+  in.sample_rows = reinterpret_cast<const int32_t*>(d + l.sample_rows);
   in.num_sampled = num_rows;
   in.meta.num_tokens = n;
   in.meta.num_seqs = num_seqs;
-  in.meta.positions = d_positions_.as<int32_t>();
-  in.meta.query_start = d_query_start_.as<int32_t>();
-  in.meta.block_tables = d_block_tables_.as<int32_t>();
-  in.meta.max_blocks_per_seq = batch.max_blocks_per_seq;
+  in.meta.positions = reinterpret_cast<const int32_t*>(d + l.positions);
+  in.meta.query_start = reinterpret_cast<const int32_t*>(d + l.query_start);
+  in.meta.block_tables = reinterpret_cast<const int32_t*>(d + l.block_tables);
+  in.meta.max_blocks_per_seq = batch.max_blocks_per_seq;  // the table's own width: no stride
   in.meta.block_size = options_.block_size;
   Forward(in);
   return Status::Ok();
@@ -458,41 +500,53 @@ Status ModelRunner::RunDecodeGraph(const ScheduledBatch& batch, StepRows* step_r
   const int32_t bs = *std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), num_seqs);
   const int32_t width = graph_table_width_;
   // Inputs padded to bs rows: padding rows read token 0 at position 0 through block 0 and write
-  // their K/V nowhere (slot -1); their outputs are dropped.
-  std::vector<int32_t> tokens(bs, 0), positions(bs, 0), query_start(bs + 1), rows(bs);
-  std::vector<int64_t> slots(bs, -1);
-  std::vector<int32_t> tables(static_cast<size_t>(bs) * width, 0);
-  const int32_t copy_width = std::min(width, batch.max_blocks_per_seq);
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    tokens[s] = batch.token_ids[s];
-    positions[s] = batch.positions[s];
-    slots[s] = batch.slot_mapping[s];
-    std::copy_n(batch.block_tables.begin() + static_cast<size_t>(s) * batch.max_blocks_per_seq,
-                copy_width, tables.begin() + static_cast<size_t>(s) * width);
+  // their K/V nowhere (slot -1); their outputs are dropped. The graph's kernels are launched for
+  // tables `width` wide, but only the batch's own width goes up: the attention reads the rows'
+  // stride from the uploaded scalar (AttentionMetadata::table_stride).
+  const int32_t w = std::clamp(batch.max_blocks_per_seq, 1, width);
+  const InputLayout l = LayoutInputs(bs, bs, bs, static_cast<size_t>(bs) * width);
+  Status staged;
+  char* h = Staging(&staged);
+  if (h == nullptr) return staged;
+  auto* slots = reinterpret_cast<int64_t*>(h + l.slots);
+  auto* tokens = reinterpret_cast<int32_t*>(h + l.tokens);
+  auto* positions = reinterpret_cast<int32_t*>(h + l.positions);
+  auto* query_start = reinterpret_cast<int32_t*>(h + l.query_start);
+  auto* rows = reinterpret_cast<int32_t*>(h + l.sample_rows);
+  auto* tables = reinterpret_cast<int32_t*>(h + l.block_tables);
+  std::memcpy(h + l.table_stride, &w, sizeof(int32_t));
+  for (int32_t s = 0; s < bs; ++s) {
+    const bool real = s < num_seqs;
+    slots[s] = real ? batch.slot_mapping[s] : -1;
+    tokens[s] = real ? batch.token_ids[s] : 0;
+    positions[s] = real ? batch.positions[s] : 0;
+    rows[s] = s;
+    int32_t* row = tables + static_cast<size_t>(s) * w;
+    const int32_t have = real ? std::min(w, batch.max_blocks_per_seq) : 0;
+    if (have > 0) {
+      std::copy_n(batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks_per_seq,
+                  have, row);
+    }
+    std::fill(row + have, row + w, 0);
   }
   for (int32_t i = 0; i <= bs; ++i) query_start[i] = i;
-  for (int32_t i = 0; i < bs; ++i) rows[i] = i;
+  UploadStaged(g_inputs_.as<void>(), l.block_tables + static_cast<size_t>(bs) * w * 4);
 
   Backend& b = *backend_;
-  b.CopyToDevice(g_tokens_.as<void>(), tokens.data(), bs * sizeof(int32_t));
-  b.CopyToDevice(g_positions_.as<void>(), positions.data(), bs * sizeof(int32_t));
-  b.CopyToDevice(g_slots_.as<void>(), slots.data(), bs * sizeof(int64_t));
-  b.CopyToDevice(g_query_start_.as<void>(), query_start.data(), (bs + 1) * sizeof(int32_t));
-  b.CopyToDevice(g_block_tables_.as<void>(), tables.data(), tables.size() * sizeof(int32_t));
-  b.CopyToDevice(g_sample_rows_.as<void>(), rows.data(), bs * sizeof(int32_t));
-
+  const char* d = g_inputs_.as<char>();
   StepInputs in;
-  in.tokens = g_tokens_.as<int32_t>();
-  in.slots = g_slots_.as<int64_t>();
-  in.sample_rows = g_sample_rows_.as<int32_t>();
+  in.tokens = reinterpret_cast<const int32_t*>(d + l.tokens);
+  in.slots = reinterpret_cast<const int64_t*>(d + l.slots);
+  in.sample_rows = reinterpret_cast<const int32_t*>(d + l.sample_rows);
   in.num_sampled = bs;
   in.meta.num_tokens = bs;
   in.meta.num_seqs = bs;
-  in.meta.positions = g_positions_.as<int32_t>();
-  in.meta.query_start = g_query_start_.as<int32_t>();
-  in.meta.block_tables = g_block_tables_.as<int32_t>();
+  in.meta.positions = reinterpret_cast<const int32_t*>(d + l.positions);
+  in.meta.query_start = reinterpret_cast<const int32_t*>(d + l.query_start);
+  in.meta.block_tables = reinterpret_cast<const int32_t*>(d + l.block_tables);
   in.meta.max_blocks_per_seq = width;
   in.meta.block_size = options_.block_size;
+  in.meta.table_stride = reinterpret_cast<const int32_t*>(d + l.table_stride);
 
   auto recorded =
       std::find_if(graph_ids_.begin(), graph_ids_.end(),

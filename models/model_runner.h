@@ -137,6 +137,21 @@ class ModelRunner final : public ModelExecutor {
                          int32_t rows, int32_t cols);
   Status EnsureWorkspace(int32_t num_tokens, int32_t num_seqs, int32_t num_sampled,
                          int32_t max_blocks_per_seq);
+  // One step's device inputs, packed into one buffer (and staged in one host buffer) in this
+  // order, each part 16-byte aligned: slots int64 [n], tokens [n], positions [n], query_start
+  // [seqs + 1], sample rows [rows], the block tables' row stride [1], the block tables
+  // [table_entries] (last: a graph's parts stay put whatever table width a step uploads).
+  struct InputLayout {
+    size_t slots, tokens, positions, query_start, sample_rows, table_stride, block_tables, bytes;
+  };
+  static InputLayout LayoutInputs(int32_t n, int32_t seqs, int32_t rows, size_t table_entries);
+  // Grows the staging buffer to at least `bytes`; false if the memory cannot be had.
+  bool GrowStaging(size_t bytes);
+  // The staging buffer, once no copy from it can still be pending; nullptr on a device error
+  // (*status says which).
+  char* Staging(Status* status);
+  // Uploads the first `bytes` of the staging buffer to `device` (one copy).
+  void UploadStaged(void* device, size_t bytes);
   // Issues the ops of one forward pass; the logits of the sampled rows land in logits_.
   void Forward(const StepInputs& in);
   // Where a step left its logits in logits_: the row of each sampled sequence, and the first of
@@ -173,15 +188,19 @@ class ModelRunner final : public ModelExecutor {
   // Workspace, grown on demand: capacity in tokens / sequences / sampled rows / table entries.
   int32_t cap_tokens_ = 0, cap_seqs_ = 0, cap_sampled_ = 0, cap_table_ = 0;
   DeviceBuffer x_, xb_, qkv_, att_, delta_, gate_up_, hidden_, sampled_x_, logits_;
-  DeviceBuffer d_tokens_, d_positions_, d_slots_, d_query_start_, d_block_tables_, d_sample_rows_;
+  DeviceBuffer d_inputs_;  // InputLayout of the capacities above
+  // The host side of every step's upload (Backend::AllocateHostStaging: pinned on CUDA, so the
+  // step's inputs go up in one asynchronous copy); staging_pending_ while a copy may read it.
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  bool staging_pending_ = false;
 
-  // Decode graphs: fixed input buffers for the largest graph batch (block tables graph_table_width_
-  // wide), and the recorded graph per batch size. Graphs point at the workspace above: they are
-  // dropped whenever it grows.
+  // Decode graphs: a fixed input buffer for the largest graph batch, and the recorded graph per
+  // batch size. Graphs point at the workspace above: they are dropped whenever it grows.
   bool use_graphs_ = false;
   std::vector<int32_t> graph_sizes_;
   int32_t graph_table_width_ = 0;
-  DeviceBuffer g_tokens_, g_positions_, g_slots_, g_query_start_, g_block_tables_, g_sample_rows_;
+  DeviceBuffer g_inputs_;  // InputLayout of the largest graph batch, graph_table_width_ wide
   std::vector<std::pair<int32_t, int32_t>> graph_ids_;  // (batch size, graph id)
 };
 

@@ -20,7 +20,6 @@ StatusOr<std::vector<GeneratedSequence>> GenerateStaticBatch(
   if (max_tokens.size() != num) return InvalidArgument("one max_tokens per prompt is needed");
   const int32_t bs = executor.block_size();
   const int32_t max_len = executor.max_model_len();
-  const int32_t max_blocks = (max_len + bs - 1) / bs;
   const int32_t vocab = executor.vocab_size();
 
   struct Seq {
@@ -66,7 +65,12 @@ StatusOr<std::vector<GeneratedSequence>> GenerateStaticBatch(
 
   while (true) {
     ScheduledBatch batch;
-    batch.max_blocks_per_seq = max_blocks;
+    // As the scheduler: the tables as wide as the widest row of this batch.
+    size_t widest = 0;
+    for (const Seq& s : seqs) {
+      if (!s.done) widest = std::max(widest, s.blocks.size());
+    }
+    batch.max_blocks_per_seq = static_cast<int32_t>(widest);
     std::vector<size_t> in_batch;
     for (size_t i = 0; i < num; ++i) {
       Seq& s = seqs[i];

@@ -556,6 +556,8 @@ class CpuBackend final : public Backend {
     const int32_t kv_width = num_kv_heads * head_dim;
     const float denom = std::sqrt(static_cast<float>(head_dim));
     const int32_t bs = meta.block_size;
+    const size_t table_stride = static_cast<size_t>(
+        meta.table_stride != nullptr ? *meta.table_stride : meta.max_blocks_per_seq);
     // Row -> sequence map, so (token, head) pairs can be spread over threads evenly.
     std::vector<int32_t> seq_of(meta.num_tokens);
     for (int32_t s = 0; s < meta.num_seqs; ++s) {
@@ -589,8 +591,7 @@ class CpuBackend final : public Backend {
       thread_local std::vector<int64_t> row_at;  // [len]: position p's row offset in the caches
       const int32_t t = static_cast<int32_t>(wi / items_per_token);
       const int32_t h0 = static_cast<int32_t>(wi % items_per_token) * heads_per_item;
-      const int32_t* table =
-          meta.block_tables + static_cast<size_t>(seq_of[t]) * meta.max_blocks_per_seq;
+      const int32_t* table = meta.block_tables + seq_of[t] * table_stride;
       const int32_t len = meta.positions[t] + 1;
       att.resize(static_cast<size_t>(heads_per_item) * len);
       row_at.resize(len);

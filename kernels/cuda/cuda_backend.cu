@@ -190,9 +190,22 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);  // no queued op may still use it
     cudaFree(ptr);
   }
+  void* AllocateHostStaging(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();  // an answer, not a sticky error
+      return nullptr;
+    }
+    return p;
+  }
+  void FreeHostStaging(void* ptr) override {
+    if (ptr == nullptr) return;
+    cudaStreamSynchronize(stream_);  // no queued copy may still read it
+    cudaFreeHost(ptr);
+  }
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
     // From pageable memory the call returns once `host_src` has been staged: the caller may reuse
-    // it.
+    // it; from pinned memory (AllocateHostStaging) it is one DMA the stream runs later.
     if (bytes > 0)
       Check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "H2D copy");
   }
@@ -455,6 +468,7 @@ class CudaBackend final : public Backend {
     a.num_tokens = meta.num_tokens;
     a.num_seqs = meta.num_seqs;
     a.max_blocks_per_seq = meta.max_blocks_per_seq;
+    a.table_stride = meta.table_stride;
     a.block_size = meta.block_size;
     a.num_heads = num_heads;
     a.num_kv_heads = num_kv_heads;

@@ -83,7 +83,8 @@ struct PagedAttentionArgs {
   bool kv_bf16 = false;                   // the caches hold __nv_bfloat16 (else float)
   const int32_t* positions = nullptr;     // [num_tokens]
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
-  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* block_tables = nullptr;  // [num_seqs, *table_stride or max_blocks_per_seq]
+  const int32_t* table_stride = nullptr;  // device scalar, or null (AttentionMetadata)
   int32_t num_tokens = 0, num_seqs = 0, max_blocks_per_seq = 0, block_size = 0;
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float* out = nullptr;  // [num_tokens, num_heads * head_dim]

@@ -56,6 +56,11 @@ __device__ int32_t SequenceOf(const int32_t* query_start, int32_t num_seqs, int3
   return lo;
 }
 
+// The row stride of the block tables: the device scalar when given (graph replay), else the width.
+__device__ __forceinline__ size_t TableStride(const PagedAttentionArgs& a) {
+  return static_cast<size_t>(a.table_stride != nullptr ? *a.table_stride : a.max_blocks_per_seq);
+}
+
 __device__ __forceinline__ int32_t NumSplits(int32_t len) {
   return (len + kSplitLength - 1) / kSplitLength;
 }
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(kVecThreads)
   const int sub = lane % lanes, kslot = lane / lanes;
   const int key_slots = kVecWarps * keys_per_warp, my_slot = warp * keys_per_warp + kslot;
   const int32_t seq = SequenceOf(a.query_start, a.num_seqs, t);
-  const int32_t* table = a.block_tables + static_cast<size_t>(seq) * a.max_blocks_per_seq;
+  const int32_t* table = a.block_tables + static_cast<size_t>(seq) * TableStride(a);
   const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
   const KV* k_base = static_cast<const KV*>(a.k_cache) + static_cast<int64_t>(kvh) * hd;
   const KV* v_base = static_cast<const KV*>(a.v_cache) + static_cast<int64_t>(kvh) * hd;
@@ -416,7 +421,7 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
   for (int32_t i = tid; i < hd; i += kThreads)
     sq[i] = a.q[static_cast<size_t>(t) * a.q_stride + h * hd + i];
   __syncthreads();
-  const int32_t* table = a.block_tables + static_cast<size_t>(seq_shared) * a.max_blocks_per_seq;
+  const int32_t* table = a.block_tables + static_cast<size_t>(seq_shared) * TableStride(a);
   const int32_t kvh = h / (a.num_heads / a.num_kv_heads);
   const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
 

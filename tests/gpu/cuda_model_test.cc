@@ -365,6 +365,35 @@ TEST_F(CudaModelTest, GraphDecodeEqualsEagerDecode) {
   EXPECT_LE(MaxLogitDiff(runs[0], runs[1]), 1e-3f);
 }
 
+// Issue 19 item 4: a step's inputs go up in one copy from the runner's staging buffer (pinned on a
+// GPU), and a decode step replayed from a graph uploads its block table only as wide as the batch's
+// widest row (2 blocks here), not the max model length's 32 (the graph's attention reads the stride
+// from the upload). Counted on the host execution layer: the bytes are InputLayout's, 16-byte
+// parts.
+TEST_F(CudaModelTest, AStepUploadsItsInputsInOneCopyAndItsTablesOnlyAsWideAsTheBatch) {
+  auto runner = MakeRunner(MakeCudaBackend(DType::kBFloat16, false, DType::kBFloat16), 16, 64);
+  ASSERT_NE(runner, nullptr);
+  ASSERT_EQ(runner->max_model_len(), 512);  // graphs' tables: 32 blocks of 16
+#ifdef TINYSERVE_GPU_HOST
+  const gpu_host::CopyCount before = gpu_host::CopiesToDevice();
+#endif
+  StaticBatchOptions opts;
+  opts.prefill_chunk = 1000;
+  // 5 prompt tokens and 12 new ones: 17 positions, 2 blocks; 1 prefill step and 11 decode steps.
+  auto out = GenerateStaticBatch(*runner, {{1, 45, 300, 7, 99}}, {12}, opts);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ((*out)[0].output_ids.size(), 12u);
+  EXPECT_EQ(runner->num_recorded_graphs(), 1);
+#ifdef TINYSERVE_GPU_HOST
+  const gpu_host::CopyCount after = gpu_host::CopiesToDevice();
+  EXPECT_EQ(after.copies - before.copies, 12);
+  // Prefill: slots 5 x 8 -> 48, tokens and positions 20 -> 32 each, query_start 8 -> 16, the
+  // sample row 16, the stride 16, the table 2 x 4 -> 16: 176. Decode (graph batch 1): six parts of
+  // 16, then the table of 2 entries (it was 32 entries, in six copies): 104.
+  EXPECT_EQ(after.bytes - before.bytes, 176 + 11 * 104);
+#endif
+}
+
 // Issue 15 on CUDA: with CudaBackendOptions::batch_invariant (and the KV cache in the weights'
 // dtype, as --kv-cache-dtype auto), every logit of every step is the same bits whether a request
 // runs alone (eager, block 16, whole prefill) or with the others, with prefill chunks of 1, 3, 7 or

@@ -60,6 +60,13 @@ int64_t NumKernelsRun();
 // since the process started.
 int64_t BytesCopiedToHost();
 
+// Host-to-device copies (cudaMemcpy and cudaMemcpyAsync) since the process started: calls, bytes.
+struct CopyCount {
+  int64_t copies = 0;
+  int64_t bytes = 0;
+};
+CopyCount CopiesToDevice();
+
 // The number of successful cudaMalloc calls since the process started.
 int64_t NumDeviceAllocations();
 

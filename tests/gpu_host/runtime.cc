@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ struct State {
   int64_t kernels_run = 0;
   int64_t bytes_to_host = 0;            // device-to-host bytes copied by cudaMemcpy(Async)
   int64_t allocations = 0;              // successful cudaMalloc calls
+  CopyCount to_device;                  // host-to-device cudaMemcpy(Async) calls
+  std::set<void*> pinned;               // cudaHostAlloc-ed, not freed yet
   std::vector<CUstream_st*> capturing;  // streams capturing now
 };
 
@@ -90,6 +93,14 @@ cudaError_t Ret(cudaError_t e) {
   if (S().sticky != cudaSuccess) return S().sticky;
   if (e != cudaSuccess) S().last = e;
   return e;
+}
+
+void CountCopy(cudaMemcpyKind kind, size_t bytes) {
+  if (kind == cudaMemcpyDeviceToHost) S().bytes_to_host += static_cast<int64_t>(bytes);
+  if (kind == cudaMemcpyHostToDevice) {
+    ++S().to_device.copies;
+    S().to_device.bytes += static_cast<int64_t>(bytes);
+  }
 }
 
 void PoisonGuards(const Allocation& a, bool poison) {
@@ -192,6 +203,11 @@ std::vector<std::string> TakeFaults() {
 int64_t NumKernelsRun() { return S().kernels_run; }
 
 int64_t BytesCopiedToHost() { return S().bytes_to_host; }
+
+CopyCount CopiesToDevice() {
+  std::lock_guard<std::recursive_mutex> lock(S().mu);
+  return S().to_device;
+}
 
 int64_t NumDeviceAllocations() {
   std::lock_guard<std::recursive_mutex> lock(S().mu);
@@ -390,6 +406,29 @@ cudaError_t cudaFree(void* ptr) {
   return Ret(cudaSuccess);
 }
 
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags) {
+  using namespace tinyserve::gpu_host;
+  std::lock_guard<std::recursive_mutex> lock(S().mu);
+  *ptr = nullptr;
+  if (flags != cudaHostAllocDefault) return Fail(cudaErrorInvalidValue);
+  *ptr = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (*ptr == nullptr) return Fail(cudaErrorMemoryAllocation);
+  S().pinned.insert(*ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  using namespace tinyserve::gpu_host;
+  std::lock_guard<std::recursive_mutex> lock(S().mu);
+  if (ptr == nullptr) return cudaSuccess;
+  if (S().pinned.erase(ptr) == 0) {
+    std::fprintf(stderr, "[gpu_host] cudaFreeHost(%p): not page-locked host memory\n", ptr);
+    return Fail(cudaErrorInvalidValue);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   std::lock_guard<std::recursive_mutex> lock(S().mu);
   *total_bytes = tinyserve::gpu_host::kTotalMemory;
@@ -420,7 +459,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (S().sticky != cudaSuccess) return S().sticky;
   const cudaError_t e = CheckCopy(dst, src, bytes, kind);
   if (e != cudaSuccess) return Fail(e);
-  if (kind == cudaMemcpyDeviceToHost) S().bytes_to_host += static_cast<int64_t>(bytes);
+  CountCopy(kind, bytes);
   if (bytes > 0) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -432,7 +471,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (S().sticky != cudaSuccess) return S().sticky;
   cudaError_t e = CheckCopy(dst, src, bytes, kind);
   if (e != cudaSuccess) return Fail(e);
-  if (kind == cudaMemcpyDeviceToHost) S().bytes_to_host += static_cast<int64_t>(bytes);
+  CountCopy(kind, bytes);
   e = Enqueue(stream, "cudaMemcpyAsync", [dst, src, bytes] {
     if (bytes > 0) std::memmove(dst, src, bytes);
     return cudaSuccess;
