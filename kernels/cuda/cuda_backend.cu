@@ -384,11 +384,8 @@ class CudaBackend final : public Backend {
       Check(cuda::LaunchSmallMLinear(x, w.data, m, n, k, y, stream_), "SmallMLinear");
       return;
     }
-    const size_t count = static_cast<size_t>(m) * k;
-    __nv_bfloat16* xb = static_cast<__nv_bfloat16*>(
-        Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
+    const __nv_bfloat16* xb = Bf16Rows(x, m, k);
     if (xb == nullptr) return;
-    Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
     const float alpha = 1.0f, beta = 0.0f;
     CheckBlas(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data, CUDA_R_16BF,
                             k, xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
@@ -423,12 +420,17 @@ class CudaBackend final : public Backend {
   }
   void RmsNorm(const float* x, const float* weight, int32_t n, int32_t dim, float eps,
                float* out) override {
-    Check(cuda::LaunchRmsNorm(x, nullptr, nullptr, weight, n, dim, eps, out, stream_), "RmsNorm");
+    void* ob = Bf16MirrorFor(n, dim);
+    Check(cuda::LaunchRmsNorm(x, nullptr, nullptr, weight, n, dim, eps, out, ob, stream_),
+          "RmsNorm");
+    MirrorWritten(ob, out, n, dim);
   }
   void AddRmsNorm(float* residual, const float* delta, const float* weight, int32_t n, int32_t dim,
                   float eps, float* out) override {
-    Check(cuda::LaunchRmsNorm(nullptr, residual, delta, weight, n, dim, eps, out, stream_),
+    void* ob = Bf16MirrorFor(n, dim);
+    Check(cuda::LaunchRmsNorm(nullptr, residual, delta, weight, n, dim, eps, out, ob, stream_),
           "AddRmsNorm");
+    MirrorWritten(ob, out, n, dim);
   }
   void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
             int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
@@ -484,10 +486,14 @@ class CudaBackend final : public Backend {
       scratch = static_cast<float*>(Scratch(&attn_scratch_, &attn_scratch_bytes_, floats * 4));
       if (scratch == nullptr) return;
     }
+    a.out_bf16 = Bf16MirrorFor(meta.num_tokens, num_heads * head_dim);
     Check(cuda::LaunchPagedAttention(a, splits, scratch, stream_), "PagedAttention");
+    MirrorWritten(a.out_bf16, out, meta.num_tokens, num_heads * head_dim);
   }
   void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
-    Check(cuda::LaunchSiluAndMul(gate_up, n, hidden, out, stream_), "SiluAndMul");
+    void* ob = Bf16MirrorFor(n, hidden);
+    Check(cuda::LaunchSiluAndMul(gate_up, n, hidden, out, ob, stream_), "SiluAndMul");
+    MirrorWritten(ob, out, n, hidden);
   }
   void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                   float* out) override {
@@ -752,6 +758,7 @@ class CudaBackend final : public Backend {
     return failed;
   }
   void Check(cudaError_t err, const char* what) {
+    ++ops_;  // every launch and copy comes through here or CheckBlas (see Bf16Rows)
     if (err == cudaSuccess) return;
     if (IsStickyCudaError(err)) {
       // Kept over any recoverable error already recorded: the device is gone.
@@ -762,6 +769,7 @@ class CudaBackend final : public Backend {
     SetError(Internal(CudaError(what, err)));
   }
   void CheckBlas(cublasStatus_t st, const char* what) {
+    ++ops_;
     if (st != CUBLAS_STATUS_SUCCESS) {
       SetError(Internal(std::string(what) + ": " + blas_.status_string(st)));
     }
@@ -860,11 +868,8 @@ class CudaBackend final : public Backend {
   // weights (DequantizeRow rounded to bf16), fp32 accumulation in cuBLAS.
   void QuantLinearDequantized(const float* x, const QuantDesc& q, int32_t m, float* y) {
     const int32_t k = q.cols, n = q.rows;
-    const size_t count = static_cast<size_t>(m) * k;
-    auto* xb = static_cast<__nv_bfloat16*>(
-        Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
+    const __nv_bfloat16* xb = Bf16Rows(x, m, k);
     if (xb == nullptr) return;
-    Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
     const int32_t slice_rows =
         static_cast<int32_t>(std::max<size_t>(1, kDequantSliceValues / static_cast<size_t>(k)));
     auto* wb =
@@ -895,6 +900,44 @@ class CudaBackend final : public Backend {
   static size_t DequantSliceRows(int32_t k, int32_t n) {
     return std::min(std::max<size_t>(1, kDequantSliceValues / static_cast<size_t>(k)),
                     static_cast<size_t>(n));
+  }
+
+  // The bf16 copy of the activations a cuBLAS GEMM reads (rows of x rounded to nearest even),
+  // written by the op that made x when it was the last op (RMSNorm, SiLU-and-mul, attention: one
+  // conversion kernel fewer per GEMM), else converted here into the bf16 scratch.
+  //
+  // The producers write it only where the next GEMM will read it: bf16 or quantized weights
+  // without --batch-invariant, and more rows than the small-m kernels take (which read fp32).
+  void* Bf16MirrorFor(int32_t rows, int32_t cols) {
+    const size_t count = static_cast<size_t>(std::max(rows, 0)) * std::max(cols, 0);
+    if (batch_invariant_ || rows <= cuda::kSmallMLinearRows ||
+        (dtype_ != DType::kBFloat16 && quant_.empty()) ||
+        count * sizeof(__nv_bfloat16) > bf16_scratch_bytes_) {
+      return nullptr;
+    }
+    return bf16_scratch_;
+  }
+  // Records that the last op wrote `mirror` (Bf16MirrorFor's answer) as the bf16 copy of `of`.
+  void MirrorWritten(void* mirror, const float* of, int32_t rows, int32_t cols) {
+    mirror_ = {};
+    if (mirror == nullptr) return;
+    mirror_.of = of;
+    mirror_.data = mirror;
+    mirror_.count = static_cast<size_t>(rows) * cols;
+    mirror_.ops = ops_;
+  }
+  const __nv_bfloat16* Bf16Rows(const float* x, int32_t m, int32_t k) {
+    const size_t count = static_cast<size_t>(m) * k;
+    if (mirror_.of == x && mirror_.count == count && mirror_.ops == ops_ &&
+        mirror_.data == bf16_scratch_) {
+      return static_cast<const __nv_bfloat16*>(mirror_.data);  // written by the op just before
+    }
+    auto* xb = static_cast<__nv_bfloat16*>(
+        Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
+    if (xb == nullptr) return nullptr;
+    Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
+    mirror_ = {};
+    return xb;
   }
 
   void* Scratch(void** buf, size_t* cap, size_t bytes) {
@@ -1009,6 +1052,16 @@ class CudaBackend final : public Backend {
   size_t attn_scratch_bytes_ = 0;
   void* bf16_scratch_ = nullptr;
   size_t bf16_scratch_bytes_ = 0;
+  // Which fp32 activations bf16_scratch_ holds rounded, written by the op counted `ops`
+  // (Bf16MirrorFor); ops_ counts the launches, copies and cuBLAS calls.
+  struct Bf16Mirror {
+    const float* of = nullptr;
+    const void* data = nullptr;
+    size_t count = 0;
+    uint64_t ops = 0;
+  };
+  Bf16Mirror mirror_;
+  uint64_t ops_ = 0;
   // Quantized weights: the matrices UploadQuantMatrix made (by device buffer), the activations
   // quantized for them (Q8_0, Q8_K) and the bf16 slices of the prefill path.
   std::unordered_map<void*, QuantDesc> quant_;

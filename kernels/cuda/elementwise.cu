@@ -39,7 +39,8 @@ __global__ void EmbeddingKernel(const T* table, const int32_t* ids, int32_t dim,
 // One block per row. kAdd: residual[row] += delta[row] first, then normalize residual[row].
 template <bool kAdd>
 __global__ void RmsNormKernel(const float* x, float* residual, const float* delta,
-                              const float* weight, int32_t dim, float eps, float* out) {
+                              const float* weight, int32_t dim, float eps, float* out,
+                              __nv_bfloat16* out_bf16) {
   TS_SHARED_ARRAY(float, red, 32);
   const size_t base = static_cast<size_t>(blockIdx.x) * dim;
   float ss = 0.0f;
@@ -58,7 +59,9 @@ __global__ void RmsNormKernel(const float* x, float* residual, const float* delt
   const float scale = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   const float* src = kAdd ? residual : x;
   for (int32_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    out[base + j] = weight[j] * (scale * src[base + j]);
+    const float y = weight[j] * (scale * src[base + j]);
+    out[base + j] = y;
+    if (out_bf16 != nullptr) out_bf16[base + j] = __float2bfloat16_rn(y);
   }
 }
 
@@ -112,14 +115,17 @@ __global__ void WriteKvCacheKernel(const float* k, const float* v, int32_t strid
   }
 }
 
-__global__ void SiluAndMulKernel(const float* gate_up, int32_t n, int32_t hidden, float* out) {
+__global__ void SiluAndMulKernel(const float* gate_up, int32_t n, int32_t hidden, float* out,
+                                 __nv_bfloat16* out_bf16) {
   const size_t count = static_cast<size_t>(n) * hidden;
   for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < count;
        idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = idx / hidden, i = idx % hidden;
     float val = gate_up[t * 2 * hidden + i];
     val *= 1.0f / (1.0f + expf(-val));
-    out[idx] = val * gate_up[t * 2 * hidden + hidden + i];
+    const float y = val * gate_up[t * 2 * hidden + hidden + i];
+    out[idx] = y;
+    if (out_bf16 != nullptr) out_bf16[idx] = __float2bfloat16_rn(y);
   }
 }
 
@@ -161,14 +167,16 @@ cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, in
 }
 
 cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, const float* weight,
-                          int32_t n, int32_t dim, float eps, float* out, cudaStream_t stream) {
+                          int32_t n, int32_t dim, float eps, float* out, void* out_bf16,
+                          cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
+  auto* ob = static_cast<__nv_bfloat16*>(out_bf16);
   if (residual != nullptr) {
     TS_LAUNCH(RmsNormKernel<true>, n, kRowThreads, 0, stream, nullptr, residual, delta, weight, dim,
-              eps, out);
+              eps, out, ob);
   } else {
     TS_LAUNCH(RmsNormKernel<false>, n, kRowThreads, 0, stream, x, nullptr, nullptr, weight, dim,
-              eps, out);
+              eps, out, ob);
   }
   return cudaGetLastError();
 }
@@ -247,10 +255,11 @@ cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, c
 }
 
 cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out,
-                             cudaStream_t stream) {
+                             void* out_bf16, cudaStream_t stream) {
   const size_t count = static_cast<size_t>(n) * hidden;
   if (count == 0) return cudaSuccess;
-  TS_LAUNCH(SiluAndMulKernel, GridFor(count, 256), 256, 0, stream, gate_up, n, hidden, out);
+  TS_LAUNCH(SiluAndMulKernel, GridFor(count, 256), 256, 0, stream, gate_up, n, hidden, out,
+            static_cast<__nv_bfloat16*>(out_bf16));
   return cudaGetLastError();
 }
 

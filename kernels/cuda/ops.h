@@ -18,9 +18,12 @@ cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, in
                             int32_t dim, float* out, cudaStream_t stream);
 
 // RMSNorm; with `residual` non-null, first residual += delta (fused add) and normalize residual.
-// x [n, dim] (ignored when residual is set), delta/residual/out [n, dim], weight [dim].
+// x [n, dim] (ignored when residual is set), delta/residual/out [n, dim], weight [dim]. With
+// `out_bf16` (__nv_bfloat16 [n, dim]) non-null, out rounded to bf16 (nearest even) there too, for
+// the GEMM that reads it next (what LaunchFloatToBf16 of out would give).
 cudaError_t LaunchRmsNorm(const float* x, float* residual, const float* delta, const float* weight,
-                          int32_t n, int32_t dim, float eps, float* out, cudaStream_t stream);
+                          int32_t n, int32_t dim, float eps, float* out, void* out_bf16,
+                          cudaStream_t stream);
 
 // RoPE in place at angle positions[t] * inv_freq[i] (inv_freq [head_dim / 2], device); `neox`
 // selects the half-split layout (else interleaved pairs).
@@ -41,8 +44,9 @@ cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, c
                                int32_t n, int32_t kv_width, bool bf16, void* k_cache, void* v_cache,
                                cudaStream_t stream);
 
+// out [n, hidden] = silu(gate) * up of gate_up [n, 2 * hidden]; out_bf16 as for LaunchRmsNorm.
 cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out,
-                             cudaStream_t stream);
+                             void* out_bf16, cudaStream_t stream);
 
 cudaError_t LaunchGatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                              float* out, cudaStream_t stream);
@@ -87,7 +91,8 @@ struct PagedAttentionArgs {
   const int32_t* table_stride = nullptr;  // device scalar, or null (AttentionMetadata)
   int32_t num_tokens = 0, num_seqs = 0, max_blocks_per_seq = 0, block_size = 0;
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  float* out = nullptr;  // [num_tokens, num_heads * head_dim]
+  float* out = nullptr;      // [num_tokens, num_heads * head_dim]
+  void* out_bf16 = nullptr;  // optional __nv_bfloat16 copy of out (nearest even), for the next GEMM
 };
 
 // The largest head_dim the attention kernel handles.

@@ -61,6 +61,12 @@ __device__ __forceinline__ size_t TableStride(const PagedAttentionArgs& a) {
   return static_cast<size_t>(a.table_stride != nullptr ? *a.table_stride : a.max_blocks_per_seq);
 }
 
+// Output element i: fp32, and rounded to bf16 (nearest even) when the args ask for that too.
+__device__ __forceinline__ void StoreOut(const PagedAttentionArgs& a, size_t i, float o) {
+  a.out[i] = o;
+  if (a.out_bf16 != nullptr) static_cast<__nv_bfloat16*>(a.out_bf16)[i] = __float2bfloat16_rn(o);
+}
+
 __device__ __forceinline__ int32_t NumSplits(int32_t len) {
   return (len + kSplitLength - 1) / kSplitLength;
 }
@@ -371,7 +377,7 @@ __global__ void __launch_bounds__(kVecThreads)
     const int g = d / hd, i = d % hd;
     const size_t row = static_cast<size_t>(t) * a.num_heads + h0 + g;
     if (direct) {
-      a.out[row * hd + i] = run_o[d];
+      StoreOut(a, row * hd + i, run_o[d]);
     } else {
       scratch[(row * grid_splits + z) * hd + i] = run_o[d];
       if (i == 0) {
@@ -434,7 +440,7 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
     r = s == first ? split : FoldSplit(r, split);
   }
   if (grid_splits == 1 || row_splits == 1) {
-    if (tid < hd) a.out[row * hd + tid] = r.o;
+    if (tid < hd) StoreOut(a, row * hd + tid, r.o);
     return;
   }
   const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
@@ -465,7 +471,7 @@ __global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, int
   for (int32_t s = 1; s < row_splits; ++s) {
     r = FoldSplit(r, {split_out[s * hd + i], split_max[s], split_sum[s]});
   }
-  a.out[row * hd + i] = r.o;
+  StoreOut(a, row * hd + i, r.o);
 }
 
 // The vectorized kernel takes rows of whole 16-byte vectors (head_dim a multiple of 4 for fp32, 8

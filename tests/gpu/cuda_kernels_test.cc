@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <ostream>
@@ -14,6 +15,9 @@
 
 #include "kernels/cuda/ops.h"
 #include "tests/gpu/gpu_test_util.h"
+#ifdef TINYSERVE_GPU_HOST
+#include "tests/gpu_host/executor.h"
+#endif
 
 namespace tinyserve {
 namespace {
@@ -498,6 +502,107 @@ TEST_F(CudaKernelTest, GemmAndLinearMatchTheCpuInFp32AndBf16) {
     EXPECT_TRUE(Close(got, FromCpu(yr), 2e-4, 1e-4));
     bf16->Deallocate(const_cast<void*>(wb.data));
   }
+}
+
+// Issue 19 item 4: RMSNorm, AddRmsNorm, SiLU-and-mul and attention write the bf16 rows the next
+// cuBLAS GEMM reads (bf16 weights, more rows than the small-m kernel takes), so the GEMM skips its
+// conversion kernel: the same bits as converting a copy of the fp32 output, one kernel fewer
+// (counted on the host execution layer). Awkward sizes: 13 rows, widths 72, 97 and 3 x 24.
+TEST_F(CudaKernelTest, ProducersWriteTheBf16RowsOfTheNextGemmAndSaveItsConversion) {
+  std::unique_ptr<Backend> b = MakeCudaBackend(DType::kBFloat16);
+  ASSERT_NE(b, nullptr);
+  const int32_t m = 13, dim = 72, hidden = 97, heads = 3, kv_heads = 1, head_dim = 24, n = 40;
+  StepLimits limits;
+  limits.max_tokens = 16;
+  limits.max_seqs = 1;
+  limits.max_context = 16;
+  limits.num_heads = heads;
+  limits.num_kv_heads = kv_heads;
+  limits.head_dim = head_dim;
+  limits.max_linear_k = hidden;
+  limits.vocab = 32;
+  ASSERT_TRUE(b->ReserveScratch(limits).ok());
+  std::mt19937 rng(19);
+  auto put = [&](const std::vector<float>& h) {
+    DeviceBuffer d(b.get(), h.size() * 4);
+    b->CopyToDevice(d.as<void>(), h.data(), h.size() * 4);
+    return d;
+  };
+  auto get = [&](const float* d, size_t count) {
+    std::vector<float> h(count);
+    EXPECT_TRUE(b->Synchronize().ok());
+    b->CopyToHost(h.data(), d, count * 4);
+    return h;
+  };
+  auto kernels = [] {
+#ifdef TINYSERVE_GPU_HOST
+    return gpu_host::NumKernelsRun();
+#else
+    return int64_t{0};
+#endif
+  };
+  // Runs `produce` (which writes x [m, k]), then the Linear on x; then the Linear on a copy of x.
+  auto check = [&](const char* what, int32_t k, const std::function<void(float*)>& produce) {
+    SCOPED_TRACE(what);
+    const std::vector<float> wh = Random(rng, static_cast<size_t>(n) * k);
+    const WeightRef w = b->UploadWeight(wh.data(), wh.size());
+    ASSERT_NE(w.data, nullptr);
+    DeviceBuffer x = put(std::vector<float>(static_cast<size_t>(m) * k, kNan));
+    DeviceBuffer y = put(std::vector<float>(static_cast<size_t>(m) * n, kNan));
+    produce(x.as<float>());
+    const int64_t k0 = kernels();
+    b->Linear(x.as<float>(), w, m, n, k, y.as<float>());
+    const int64_t fused = kernels() - k0;
+    const std::vector<float> got = get(y.as<float>(), y.bytes() / 4);
+    DeviceBuffer x2 = put(get(x.as<float>(), x.bytes() / 4));
+    const int64_t k1 = kernels();
+    b->Linear(x2.as<float>(), w, m, n, k, y.as<float>());
+    const int64_t converted = kernels() - k1;
+    EXPECT_TRUE(Bitwise(got, get(y.as<float>(), y.bytes() / 4)));
+    if (kOnHostLayer) {
+      EXPECT_EQ(fused + 1, converted);
+    }
+    b->Deallocate(const_cast<void*>(w.data));
+  };
+  DeviceBuffer xin = put(Random(rng, static_cast<size_t>(m) * hidden * 2, -3.0f, 3.0f));
+  DeviceBuffer norm = put(Random(rng, hidden));
+  check("RmsNorm", dim,
+        [&](float* out) { b->RmsNorm(xin.as<float>(), norm.as<float>(), m, dim, 1e-5f, out); });
+  DeviceBuffer residual = put(Random(rng, static_cast<size_t>(m) * dim));
+  check("AddRmsNorm", dim, [&](float* out) {
+    b->AddRmsNorm(residual.as<float>(), xin.as<float>(), norm.as<float>(), m, dim, 1e-5f, out);
+  });
+  check("SiluAndMul", hidden, [&](float* out) { b->SiluAndMul(xin.as<float>(), m, hidden, out); });
+  // Attention: one sequence of 13 new tokens in one block of 16 (fp32 cache).
+  const int32_t kv_width = kv_heads * head_dim, q_dim = heads * head_dim;
+  DeviceBuffer q = put(Random(rng, static_cast<size_t>(m) * q_dim));
+  DeviceBuffer kv = put(Random(rng, static_cast<size_t>(m) * 2 * kv_width));
+  DeviceBuffer kc(b.get(), 16 * kv_width * 4), vc(b.get(), 16 * kv_width * 4);
+  std::vector<int64_t> slots(m);
+  std::vector<int32_t> positions(m);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  DeviceBuffer d_slots(b.get(), m * 8), d_pos(b.get(), m * 4), d_qs(b.get(), 8),
+      d_table(b.get(), 4);
+  const std::vector<int32_t> qs = {0, m}, table = {0};
+  b->CopyToDevice(d_slots.as<void>(), slots.data(), m * 8);
+  b->CopyToDevice(d_pos.as<void>(), positions.data(), m * 4);
+  b->CopyToDevice(d_qs.as<void>(), qs.data(), 8);
+  b->CopyToDevice(d_table.as<void>(), table.data(), 4);
+  b->WriteKvCache(kv.as<float>(), kv.as<float>() + kv_width, 2 * kv_width, d_slots.as<int64_t>(), m,
+                  kv_width, kc.as<void>(), vc.as<void>());
+  AttentionMetadata meta;
+  meta.num_tokens = m;
+  meta.num_seqs = 1;
+  meta.positions = d_pos.as<int32_t>();
+  meta.query_start = d_qs.as<int32_t>();
+  meta.block_tables = d_table.as<int32_t>();
+  meta.max_blocks_per_seq = 1;
+  meta.block_size = 16;
+  check("PagedAttention", q_dim, [&](float* out) {
+    b->PagedAttention(q.as<float>(), q_dim, kc.as<void>(), vc.as<void>(), meta, heads, kv_heads,
+                      head_dim, out);
+  });
 }
 
 // Decode-sized Linear on bf16 weights (small_m_linear.cu, m <= 8, k % 8 == 0): x stays fp32, so

@@ -394,6 +394,57 @@ TEST_F(CudaModelTest, AStepUploadsItsInputsInOneCopyAndItsTablesOnlyAsWideAsTheB
 #endif
 }
 
+// Issue 19 item 4: the kernels of one layer of a decode step of 16 sequences on the cuBLAS path
+// (bf16 weights and cache): RMSNorm, SiLU-and-mul and attention write the bf16 rows their GEMM
+// reads, so no conversion kernels remain (there were four); RoPE and the KV write are one kernel.
+// Per layer: the fused add-and-RMSNorm twice, RoPE + KV write, attention (one split: a context of
+// one block, no merge kernel), SiLU-and-mul, and the four GEMMs (cuBLAS: not counted by the host
+// execution layer, which runs them as a reference). A layer is told apart from the rest of the step
+// by running the model cut to 1 and to 5 layers.
+TEST_F(CudaModelTest, ADecodeStepLayerRunsFiveKernelsBesideItsFourGemms) {
+  if (!kOnHostLayer) GTEST_SKIP() << "counts kernels on the host execution layer";
+#ifdef TINYSERVE_GPU_HOST
+  const int32_t seqs = 16;
+  auto kernels_of_a_decode_step = [&](int32_t layers) -> int64_t {
+    auto w = std::make_shared<LlamaWeights>(**weights_);
+    w->config.num_layers = layers;
+    w->layers.resize(layers);
+    ModelRunnerOptions o;
+    o.num_kv_blocks = seqs;
+    o.max_num_seqs = seqs;
+    o.enforce_eager = true;
+    auto runner =
+        ModelRunner::Create(w, MakeCudaBackend(DType::kBFloat16, false, DType::kBFloat16), o);
+    EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+    if (!runner.ok()) return -1;
+    // Three prompt tokens each, then one decode step at position 3.
+    for (int32_t pos : {-1, 3}) {
+      ScheduledBatch batch;
+      batch.max_blocks_per_seq = 1;
+      for (int32_t s = 0; s < seqs; ++s) {
+        std::vector<int32_t> toks, positions;
+        std::vector<int64_t> slots;
+        for (int32_t p = pos < 0 ? 0 : pos; p <= (pos < 0 ? 2 : pos); ++p) {
+          toks.push_back(1 + (s * 7 + p) % 500);
+          positions.push_back(p);
+          slots.push_back(static_cast<int64_t>(s) * 16 + p);
+        }
+        batch.AddSequence(toks, positions, slots, positions.back() + 1, {s}, true);
+      }
+      const int64_t before = gpu_host::NumKernelsRun();
+      auto out = (*runner)->ComputeLogits(batch);
+      EXPECT_TRUE(out.ok()) << out.status().ToString();
+      if (pos >= 0) return gpu_host::NumKernelsRun() - before;
+    }
+    return -1;
+  };
+  const int64_t one = kernels_of_a_decode_step(1), five = kernels_of_a_decode_step(5);
+  ASSERT_GT(one, 0);
+  EXPECT_EQ((five - one) % 4, 0);
+  EXPECT_EQ((five - one) / 4, 5) << "kernels in a layer besides its GEMMs";
+#endif
+}
+
 // Issue 15 on CUDA: with CudaBackendOptions::batch_invariant (and the KV cache in the weights'
 // dtype, as --kv-cache-dtype auto), every logit of every step is the same bits whether a request
 // runs alone (eager, block 16, whole prefill) or with the others, with prefill chunks of 1, 3, 7 or
