@@ -133,6 +133,7 @@ class CudaBackend final : public Backend {
       if (p != nullptr) cudaFree(p);
     }
     if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
+    if (attn_counters_ != nullptr) cudaFree(attn_counters_);
     if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
     for (void* p : {q8_0_scratch_, q8k_scratch_, dequant_scratch_}) {
       if (p != nullptr) cudaFree(p);
@@ -250,7 +251,9 @@ class CudaBackend final : public Backend {
       attn_floats = std::max(attn_floats,
                              cuda::PagedAttentionScratchFloats(t, l.num_heads, l.head_dim, splits));
     }
-    ok = ok && reserve(&attn_scratch_, &attn_scratch_bytes_, attn_floats * sizeof(float));
+    ok = ok && reserve(&attn_scratch_, &attn_scratch_bytes_, attn_floats * sizeof(float)) &&
+         (attn_floats == 0 ||
+          SplitCounters(cuda::PagedAttentionCounters(l.max_tokens, l.num_heads)) != nullptr);
     // Linear: bf16 x for cuBLAS (bf16 or quantized weights, rows beyond the small-m kernels).
     const bool any_quant = !quant_.empty();
     if (!batch_invariant_ && (dtype_ == DType::kBFloat16 || any_quant)) {
@@ -482,12 +485,14 @@ class CudaBackend final : public Backend {
     const size_t floats =
         cuda::PagedAttentionScratchFloats(meta.num_tokens, num_heads, head_dim, splits);
     float* scratch = nullptr;
+    int32_t* counters = nullptr;
     if (floats > 0) {
       scratch = static_cast<float*>(Scratch(&attn_scratch_, &attn_scratch_bytes_, floats * 4));
-      if (scratch == nullptr) return;
+      counters = SplitCounters(cuda::PagedAttentionCounters(meta.num_tokens, num_heads));
+      if (scratch == nullptr || counters == nullptr) return;
     }
     a.out_bf16 = Bf16MirrorFor(meta.num_tokens, num_heads * head_dim);
-    Check(cuda::LaunchPagedAttention(a, splits, scratch, stream_), "PagedAttention");
+    Check(cuda::LaunchPagedAttention(a, splits, scratch, counters, stream_), "PagedAttention");
     MirrorWritten(a.out_bf16, out, meta.num_tokens, num_heads * head_dim);
   }
   void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) override {
@@ -896,6 +901,16 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // At least `count` attention split counters, zero (the kernel leaves them zero): grown by
+  // doubling, each new buffer zeroed; an outgrown one is retired as the other scratch.
+  int32_t* SplitCounters(size_t count) {
+    const size_t bytes = count * sizeof(int32_t);
+    if (bytes <= attn_counters_bytes_) return static_cast<int32_t*>(attn_counters_);
+    void* p = Scratch(&attn_counters_, &attn_counters_bytes_, bytes);
+    if (p != nullptr) Check(cudaMemsetAsync(p, 0, attn_counters_bytes_, stream_), "memset");
+    return static_cast<int32_t*>(p);
+  }
+
   // The rows of one dequantized slice of an n x k quantized matrix.
   static size_t DequantSliceRows(int32_t k, int32_t n) {
     return std::min(std::max<size_t>(1, kDequantSliceValues / static_cast<size_t>(k)),
@@ -1050,6 +1065,8 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;
   void* attn_scratch_ = nullptr;
   size_t attn_scratch_bytes_ = 0;
+  void* attn_counters_ = nullptr;  // int32 split counters, zero between launches
+  size_t attn_counters_bytes_ = 0;
   void* bf16_scratch_ = nullptr;
   size_t bf16_scratch_bytes_ = 0;
   // Which fp32 activations bf16_scratch_ holds rounded, written by the op counted `ops`

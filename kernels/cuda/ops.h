@@ -78,7 +78,9 @@ cudaError_t LaunchInvariantGemm(const float* x, const void* w, bool bf16, int32_
 // row's result depends on nothing but its own query, length and keys (not on the batch, the block
 // table's width or `num_splits`). `num_splits` picks the launch shape only: 1, one block per row;
 // or at least the widest table's split count, one block per split, whose results go through
-// `scratch` (PagedAttentionScratchFloats floats) to a second kernel that folds them.
+// `scratch` (PagedAttentionScratchFloats floats); the last block of a row to finish folds them
+// (`counters`, PagedAttentionCounters int32 zeros, count the finished ones and are left zero again,
+// so a recorded graph replays on them: one kernel, no separate merge).
 struct PagedAttentionArgs {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
   int32_t q_stride = 0;
@@ -105,8 +107,9 @@ int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num
                               int32_t head_dim, bool kv_bf16, int32_t max_context, int32_t num_sms);
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
                                    int32_t num_splits);
+size_t PagedAttentionCounters(int32_t num_tokens, int32_t num_heads);
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_splits, float* scratch,
-                                 cudaStream_t stream);
+                                 int32_t* counters, cudaStream_t stream);
 
 // ---- sampling (sampling.cu; the CPU twin is CpuSampler, kernels/cpu/cpu_sampler.h)
 // --------------- One sampled row's parameters (SamplingSpec + the step's output index), its lists

@@ -13,10 +13,12 @@
 // shapes compute exactly that, instruction for instruction:
 //   - one block per row (grid z = 1) attends the row's splits one after the other and folds them;
 //   - one block per split (flash-decoding, grid z = the widest table's split count, for few rows
-//     and long contexts): each block writes its split's output, max and sum, a second kernel folds
-//     them in split order. Blocks past their row's length exit at once and the fold stops at the
-//     row's last split, so a grid sized for the widest table (CUDA graph replays) is valid. A row
-//     of one split is written by its block directly, as in the one-block shape.
+//     and long contexts): each block writes its split's output, max and sum and counts itself in
+//     (an atomic counter per row); the last of the row's blocks to finish folds them in split
+//     order and re-arms the counter, so no second kernel runs. Blocks past their row's length exit
+//     at once and the fold stops at the row's last split, so a grid sized for the widest table
+//     (CUDA graph replays) is valid. A row of one split is written by its block directly, as in
+//     the one-block shape.
 // AttendSplit and FoldSplit are __noinline__ so both shapes run the same code for them, and the
 // fold's arithmetic is written with _rn intrinsics (never contracted). So a row's output is bitwise
 // the same whatever else is in the batch and whichever shape the host picks
@@ -152,6 +154,38 @@ __device__ __noinline__ SplitResult FoldSplit(SplitResult a, SplitResult b) {
   return {__fdiv_rn(__fmaf_rn(wb, b.o, __fmul_rn(wa, a.o)), l), m, l};
 }
 
+// The fold of a row's stored splits 0, 1, ... row_splits - 1 in order, output dimension i (the
+// one-block shape's fold). Read through volatile: other blocks wrote them (then fenced).
+__device__ float FoldStoredSplits(const float* scratch, size_t total_rows, int32_t grid_splits,
+                                  int32_t hd, size_t row, int32_t i, int32_t row_splits) {
+  const volatile float* split_out = scratch + row * grid_splits * hd;
+  const volatile float* split_max = scratch + total_rows * grid_splits * hd + row * grid_splits;
+  const volatile float* split_sum =
+      scratch + total_rows * grid_splits * (hd + 1) + row * grid_splits;
+  SplitResult r{split_out[i], split_max[0], split_sum[0]};
+  for (int32_t s = 1; s < row_splits; ++s) {
+    r = FoldSplit(r, {split_out[s * hd + i], split_max[s], split_sum[s]});
+  }
+  return r.o;
+}
+
+// After a block stored its split of a row (or of a group's rows): counts it in, and returns true
+// on the block that finished last (it then folds the row's splits), having re-armed the counter
+// to zero for the next launch. Every thread of the block calls it.
+__device__ bool LastSplitIn(int32_t* counter, int32_t row_splits, TS_SHARED_PTR(int32_t) flag) {
+  __threadfence();  // this block's stores are visible before its count is
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const bool last = atomicAdd(counter, 1) == row_splits - 1;
+    if (last) *counter = 0;  // every split has arrived: nobody else touches it in this launch
+    *flag = last ? 1 : 0;
+  }
+  __syncthreads();
+  const bool last = *flag != 0;
+  if (last) __threadfence();  // the other blocks' stores, before reading them
+  return last;
+}
+
 // ---- The vectorized kernel: head_dim a multiple of 4 (fp32 KV), 16-byte aligned caches --------
 // One block per (token, KV head, split) serves every query head of that KV head's group (up to
 // kGroup of them; a larger group takes several head chunks), so each key and value row is read
@@ -184,8 +218,9 @@ __device__ __forceinline__ int LanesPerKey(int nv) {
 template <typename KV, int kGroup, int kRows>
 __global__ void __launch_bounds__(kVecThreads)
     VecAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, int32_t head_chunks,
-                       float* scratch) {
+                       float* scratch, int32_t* counters) {
   TS_SHARED_ARRAY(int32_t, slots, kVecSplit);
+  TS_SHARED_ARRAY(int32_t, last_flag, 1);
   TS_SHARED_ARRAY(float, stat, 4 * kGroup);  // this split's max, sum; the running max, sum
   TS_SHARED_DYNAMIC(float, smem);
   const int32_t hd = a.head_dim;
@@ -386,15 +421,27 @@ __global__ void __launch_bounds__(kVecThreads)
       }
     }
   }
+  if (direct) return;
+  // The block's rows are (t, h0 .. h0 + nh): counted under their first.
+  if (!LastSplitIn(counters + static_cast<size_t>(t) * a.num_heads + h0, row_splits, last_flag)) {
+    return;
+  }
+  for (int32_t d = tid; d < nh * hd; d += kVecThreads) {
+    const int g = d / hd, i = d % hd;
+    const size_t row = static_cast<size_t>(t) * a.num_heads + h0 + g;
+    StoreOut(a, row * hd + i,
+             FoldStoredSplits(scratch, total_rows, grid_splits, hd, row, i, row_splits));
+  }
 }
 
 template <typename KV, int kGroup, int kRows>
 void LaunchVec(dim3 grid, size_t smem, cudaStream_t stream, const PagedAttentionArgs& a,
-               int32_t num_splits, int32_t chunks, float* scratch) {
+               int32_t num_splits, int32_t chunks, float* scratch, int32_t* counters) {
   // (A name for the launch macro, whose arguments cannot hold the template's commas; GCC calls it
   // unused, as the host build's lambda reads it without a capture.)
   [[maybe_unused]] static constexpr auto* vec_attention = &VecAttentionKernel<KV, kGroup, kRows>;
-  TS_LAUNCH(vec_attention, grid, kVecThreads, smem, stream, a, num_splits, chunks, scratch);
+  TS_LAUNCH(vec_attention, grid, kVecThreads, smem, stream, a, num_splits, chunks, scratch,
+            counters);
 }
 
 size_t VecAttentionSharedBytes(int group, int32_t head_dim) {
@@ -406,8 +453,10 @@ size_t VecAttentionSharedBytes(int group, int32_t head_dim) {
 // writes it to scratch: out [tokens, heads, grid_splits, head_dim] | max, sum [tokens, heads,
 // grid_splits].
 template <typename KV>
-__global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, float* scratch) {
+__global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, float* scratch,
+                                     int32_t* counters) {
   TS_SHARED_ARRAY(float, sq, kMaxAttentionHeadDim);
+  TS_SHARED_ARRAY(int32_t, last_flag, 1);
   TS_SHARED_ARRAY(float, scores, kChunk);
   TS_SHARED_ARRAY(float, partial, kThreads);
   TS_SHARED_ARRAY(float, red, 32);
@@ -452,26 +501,11 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
     split_max[row * grid_splits + z] = r.m;
     split_sum[row * grid_splits + z] = r.l;
   }
-}
-
-// grid (num_heads, num_tokens), block head_dim: the fold of a row's splits 0, 1, ... in order (rows
-// of one split were written by the attention kernel). split_length: the kernel's.
-__global__ void MergeSplitsKernel(PagedAttentionArgs a, int32_t grid_splits, int32_t split_length,
-                                  const float* scratch) {
-  const int32_t h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
-  const int32_t hd = a.head_dim;
-  const int32_t row_splits = (a.positions[t] + split_length) / split_length;
-  if (row_splits <= 1) return;
-  const size_t row = static_cast<size_t>(t) * a.num_heads + h;
-  const size_t total_rows = static_cast<size_t>(a.num_tokens) * a.num_heads;
-  const float* split_out = scratch + row * grid_splits * hd;
-  const float* split_max = scratch + total_rows * grid_splits * hd + row * grid_splits;
-  const float* split_sum = scratch + total_rows * grid_splits * (hd + 1) + row * grid_splits;
-  SplitResult r{split_out[i], split_max[0], split_sum[0]};
-  for (int32_t s = 1; s < row_splits; ++s) {
-    r = FoldSplit(r, {split_out[s * hd + i], split_max[s], split_sum[s]});
+  if (!LastSplitIn(counters + row, row_splits, last_flag)) return;
+  if (tid < hd) {
+    StoreOut(a, row * hd + tid,
+             FoldStoredSplits(scratch, total_rows, grid_splits, hd, row, tid, row_splits));
   }
-  StoreOut(a, row * hd + i, r.o);
 }
 
 // The vectorized kernel takes rows of whole 16-byte vectors (head_dim a multiple of 4 for fp32, 8
@@ -518,8 +552,12 @@ size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_
   return static_cast<size_t>(num_tokens) * num_heads * num_splits * (head_dim + 2);
 }
 
+size_t PagedAttentionCounters(int32_t num_tokens, int32_t num_heads) {
+  return static_cast<size_t>(num_tokens) * num_heads;
+}
+
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits, float* scratch,
-                                 cudaStream_t stream) {
+                                 int32_t* counters, cudaStream_t stream) {
   if (a.num_tokens <= 0) return cudaSuccess;
   if (a.head_dim <= 0 || a.head_dim > kMaxAttentionHeadDim || num_splits < 1 ||
       num_splits > 65535 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
@@ -531,7 +569,9 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
   // One block per split needs a block for every split of the widest table (1: one per row).
   const int64_t widest =
       (static_cast<int64_t>(a.max_blocks_per_seq) * a.block_size + split - 1) / split;
-  if (num_splits > 1 && num_splits < widest) return cudaErrorInvalidValue;
+  if (num_splits > 1 && (num_splits < widest || scratch == nullptr || counters == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   if (vec) {
     const int32_t group = a.num_heads / a.num_kv_heads;
     const int kg = VecGroup(group);
@@ -539,8 +579,8 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     const dim3 grid(a.num_kv_heads * chunks, a.num_tokens, num_splits);
     const size_t smem = VecAttentionSharedBytes(kg, a.head_dim);
     // [bf16][log2 of the group served][vectors a lane - 1]; bf16 rows take one vector a lane.
-    using Launcher =
-        void (*)(dim3, size_t, cudaStream_t, const PagedAttentionArgs&, int32_t, int32_t, float*);
+    using Launcher = void (*)(dim3, size_t, cudaStream_t, const PagedAttentionArgs&, int32_t,
+                              int32_t, float*, int32_t*);
     static constexpr Launcher kLaunchers[2][4][2] = {
         {{LaunchVec<float, 1, 1>, LaunchVec<float, 1, 2>},
          {LaunchVec<float, 2, 1>, LaunchVec<float, 2, 2>},
@@ -553,20 +593,17 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     const int log2_group = kg == 1 ? 0 : kg == 2 ? 1 : kg == 4 ? 2 : 3;
     const int rows = a.head_dim > 32 * (a.kv_bf16 ? 8 : 4) ? 2 : 1;
     kLaunchers[a.kv_bf16 ? 1 : 0][log2_group][rows - 1](grid, smem, stream, a, num_splits, chunks,
-                                                        scratch);
+                                                        scratch, counters);
   } else {
     const dim3 grid(a.num_heads, a.num_tokens, num_splits);
     if (a.kv_bf16) {
       TS_LAUNCH(PagedAttentionKernel<__nv_bfloat16>, grid, kThreads, 0, stream, a, num_splits,
-                scratch);
+                scratch, counters);
     } else {
-      TS_LAUNCH(PagedAttentionKernel<float>, grid, kThreads, 0, stream, a, num_splits, scratch);
+      TS_LAUNCH(PagedAttentionKernel<float>, grid, kThreads, 0, stream, a, num_splits, scratch,
+                counters);
     }
   }
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || num_splits == 1) return err;
-  TS_LAUNCH(MergeSplitsKernel, dim3(a.num_heads, a.num_tokens), a.head_dim, 0, stream, a,
-            num_splits, split, scratch);
   return cudaGetLastError();
 }
 

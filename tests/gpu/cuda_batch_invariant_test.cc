@@ -17,6 +17,9 @@
 
 #include "kernels/cuda/ops.h"
 #include "tests/gpu/gpu_test_util.h"
+#ifdef TINYSERVE_GPU_HOST
+#include "tests/gpu_host/executor.h"
+#endif
 
 namespace tinyserve {
 namespace {
@@ -280,9 +283,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The two launch shapes of cuda::LaunchPagedAttention (one block per row, folding its splits; one
-// block per split and a merge kernel) give the same bits for every row, whatever the group size
-// (1, 2, 4, 7, 8, 16 query heads per KV head), head_dim (both kernels) and block size, over a
-// batch of decode rows and a prefill chunk whose rows span one to several splits.
+// block per split, the row's last to finish folding them) give the same bits for every row,
+// whatever the group size (1, 2, 4, 7, 8, 16 query heads per KV head), head_dim (both kernels) and
+// block size, over a batch of decode rows and a prefill chunk whose rows span one to several
+// splits.
 struct LaunchShapeCase {
   std::string name;
   int32_t block_size, num_heads, num_kv_heads, head_dim;
@@ -365,11 +369,28 @@ TEST_P(CudaAttentionLaunchShapeTest, OneBlockPerRowAndOneBlockPerSplitAgreeBitwi
     const size_t scratch_floats =
         cuda::PagedAttentionScratchFloats(num_tokens, c.num_heads, hd, splits);
     float* scratch = scratch_floats > 0 ? DeviceCopy(std::vector<float>(scratch_floats)) : nullptr;
+    const size_t num_counters = cuda::PagedAttentionCounters(num_tokens, c.num_heads);
+    int32_t* counters = DeviceCopy(std::vector<int32_t>(num_counters, 0));
     a.out = out;
-    EXPECT_EQ(cuda::LaunchPagedAttention(a, splits, scratch, nullptr), cudaSuccess);
-    std::vector<float> host(out_floats);
-    EXPECT_EQ(cudaMemcpy(host.data(), out, out_floats * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    // Twice on the same counters (as a replayed graph): the same bits, the counters left zero.
+    std::vector<float> host(out_floats), again(out_floats);
+    for (std::vector<float>* h : {&host, &again}) {
+#ifdef TINYSERVE_GPU_HOST
+      const int64_t kernels = gpu_host::NumKernelsRun();
+#endif
+      EXPECT_EQ(cuda::LaunchPagedAttention(a, splits, scratch, counters, nullptr), cudaSuccess);
+#ifdef TINYSERVE_GPU_HOST
+      EXPECT_EQ(gpu_host::NumKernelsRun() - kernels, 1);  // the splits' fold needs no second one
+#endif
+      EXPECT_EQ(cudaMemcpy(h->data(), out, out_floats * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    EXPECT_TRUE(Bitwise(again, host));
+    std::vector<int32_t> left(num_counters, -1);
+    EXPECT_EQ(cudaMemcpy(left.data(), counters, num_counters * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(left, std::vector<int32_t>(num_counters, 0));
     cudaFree(out);
+    cudaFree(counters);
     if (scratch != nullptr) cudaFree(scratch);
     return host;
   };

@@ -397,10 +397,10 @@ TEST_F(CudaModelTest, AStepUploadsItsInputsInOneCopyAndItsTablesOnlyAsWideAsTheB
 // Issue 19 item 4: the kernels of one layer of a decode step of 16 sequences on the cuBLAS path
 // (bf16 weights and cache): RMSNorm, SiLU-and-mul and attention write the bf16 rows their GEMM
 // reads, so no conversion kernels remain (there were four); RoPE and the KV write are one kernel.
-// Per layer: the fused add-and-RMSNorm twice, RoPE + KV write, attention (one split: a context of
-// one block, no merge kernel), SiLU-and-mul, and the four GEMMs (cuBLAS: not counted by the host
-// execution layer, which runs them as a reference). A layer is told apart from the rest of the step
-// by running the model cut to 1 and to 5 layers.
+// Per layer: the fused add-and-RMSNorm twice, RoPE + KV write, attention (one kernel also when it
+// splits the context: CudaAttentionLaunchShapeTest), SiLU-and-mul, and the four GEMMs (cuBLAS: not
+// counted by the host execution layer, which runs them as a reference). A layer is told apart from
+// the rest of the step by running the model cut to 1 and to 5 layers.
 TEST_F(CudaModelTest, ADecodeStepLayerRunsFiveKernelsBesideItsFourGemms) {
   if (!kOnHostLayer) GTEST_SKIP() << "counts kernels on the host execution layer";
 #ifdef TINYSERVE_GPU_HOST

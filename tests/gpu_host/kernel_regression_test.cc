@@ -44,7 +44,7 @@ TEST(KernelRegressionTest, OneSplitAttentionTakesNoOffsetFromANullScratch) {
   float* out = nullptr;
   ASSERT_EQ(cudaMalloc(&out, heads * hd * sizeof(float)), cudaSuccess);
   a.out = out;
-  ASSERT_EQ(cuda::LaunchPagedAttention(a, 1, nullptr, nullptr), cudaSuccess);
+  ASSERT_EQ(cuda::LaunchPagedAttention(a, 1, nullptr, nullptr, nullptr), cudaSuccess);
   std::vector<float> got(heads * hd);
   ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int32_t h = 0; h < heads; ++h) {
