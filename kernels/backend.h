@@ -267,6 +267,14 @@ class Backend {
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, hidden + i].  gate_up [n, 2*hidden], out [n,
   // hidden].
   virtual void SiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out) = 0;
+  // The feed-forward's gate and up projections and SiLU-and-mul: gate_up = Linear(x, w13) [n,
+  // 2*hidden], then out = SiluAndMul(gate_up) [n, hidden]; x [n, k]. A backend may fuse the two
+  // (CUDA at decode sizes: one kernel, the same bits) and then leave gate_up unwritten.
+  virtual void LinearSiluAndMul(const float* x, WeightRef w13, int32_t n, int32_t hidden, int32_t k,
+                                float* gate_up, float* out) {
+    Linear(x, w13, n, 2 * hidden, k, gate_up);
+    SiluAndMul(gate_up, n, hidden, out);
+  }
 
   // out[i, :] = x[rows[i], :].  x [*, dim], rows [m], out [m, dim].
   virtual void GatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,

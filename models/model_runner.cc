@@ -610,8 +610,7 @@ void ModelRunner::Forward(const StepInputs& in) {
     b.Linear(att, L.wo, n, dim, q_dim, delta);
     b.AddRmsNorm(x, delta, L.ffn_norm, n, dim, c.rms_norm_eps, xb);
     // Feed-forward block.
-    b.Linear(xb, L.w13, n, 2 * hidden, dim, gate_up_.as<float>());
-    b.SiluAndMul(gate_up_.as<float>(), n, hidden, hidden_.as<float>());
+    b.LinearSiluAndMul(xb, L.w13, n, hidden, dim, gate_up_.as<float>(), hidden_.as<float>());
     b.Linear(hidden_.as<float>(), L.w2, n, dim, hidden, delta);
     const float* next_norm = l + 1 < c.num_layers ? layers_[l + 1].attn_norm : final_norm_;
     b.AddRmsNorm(x, delta, next_norm, n, dim, c.rms_norm_eps, xb);

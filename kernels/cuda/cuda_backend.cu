@@ -396,6 +396,19 @@ class CudaBackend final : public Backend {
               "cublasGemmEx");
   }
 
+  // Decode-sized rows on bf16 weights: the gated small-m kernel (one kernel, SiluAndMul's bits);
+  // otherwise the Linear, then SiLU-and-mul (which writes the next GEMM's bf16 rows).
+  void LinearSiluAndMul(const float* x, WeightRef w13, int32_t n, int32_t hidden, int32_t k,
+                        float* gate_up, float* out) override {
+    if (w13.layout == WeightLayout::kRowMajor && w13.dtype == DType::kBFloat16 &&
+        !batch_invariant_ && cuda::SmallMLinearApplies(x, w13.data, n, k)) {
+      Check(cuda::LaunchSmallMLinearSiluAndMul(x, w13.data, n, hidden, k, out, stream_),
+            "SmallMLinearSiluAndMul");
+      return;
+    }
+    Backend::LinearSiluAndMul(x, w13, n, hidden, k, gate_up, out);
+  }
+
   // ---- ops --------------------------------------------------------------------------------------
   void Embedding(const float* table, const int32_t* ids, int32_t n, int32_t dim,
                  float* out) override {

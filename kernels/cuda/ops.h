@@ -64,6 +64,10 @@ constexpr int32_t kSmallMLinearRows = 8;
 bool SmallMLinearApplies(const float* x, const void* w, int32_t m, int32_t k);
 cudaError_t LaunchSmallMLinear(const float* x, const void* w, int32_t m, int32_t n, int32_t k,
                                float* y, cudaStream_t stream);
+// out [m, hidden] = LaunchSiluAndMul of LaunchSmallMLinear(x, w13 [2 * hidden, k]), bitwise, in
+// one kernel (the [m, 2 * hidden] product is never stored). The same requirements.
+cudaError_t LaunchSmallMLinearSiluAndMul(const float* x, const void* w13, int32_t m, int32_t hidden,
+                                         int32_t k, float* out, cudaStream_t stream);
 
 // The batch-invariant GEMM (invariant_gemm.cu): y [m, n] fp32 = x [m, k] fp32 * w [n, k]^T, w fp32
 // or bf16 (`bf16`, widened exactly; x is not rounded). Every y element is one fmaf chain over k in

@@ -7,6 +7,8 @@
 // element's reduction order depends on k alone (its lane's fmaf chain over i, then the butterfly),
 // never on m, n or the grid: a row's result is the same bits for every m <= 8. (The CPU twin is the
 // CPU backend's Linear: the same products, another order; tests compare within fp32 rounding.)
+// The gated form computes the feed-forward's gate and up rows side by side and writes only
+// silu(gate) * up (SiluAndMul's bits, one kernel and no [m, 2 * hidden] round trip).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -22,12 +24,22 @@ namespace {
 constexpr int kWarps = 4;
 
 // grid ceil(n / (kWarps * R)), block kWarps * 32. k % 8 == 0, x and w 16-byte aligned.
-template <int M, int R>
+// kGated: w is w13 [2 * n, k] (gate rows, then up rows) and y [m, n] = silu(gate) * up, as
+// SiluAndMulKernel computes it: the warp's R rows are R / 2 gate rows and the up rows n below
+// them, each row's sum the same bits as the plain kernel's.
+template <int M, int R, bool kGated>
 __global__ void __launch_bounds__(kWarps * 32)
     SmallMLinearKernel(const float* x, const __nv_bfloat16* w, int32_t n, int32_t k, float* y) {
+  constexpr int kOut = kGated ? R / 2 : R;  // output rows a warp owns
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
-  if (row0 >= n) return;  // the whole warp: no barrier below, only warp shuffles
+  const int64_t out0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kOut;
+  if (out0 >= n) return;  // the whole warp: no barrier below, only warp shuffles
+  // Weight row of the warp's row r (-1: past the end).
+  auto row_of = [&](int r) -> int64_t {
+    const int64_t o = out0 + (kGated ? r % kOut : r);
+    if (o >= n) return -1;
+    return kGated && r >= kOut ? o + n : o;
+  };
   float acc[R][M];
   for (int r = 0; r < R; ++r) {
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
@@ -36,8 +48,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int32_t c = lane * 8; c < k; c += 256) {
     uint4 wv[R];
     for (int r = 0; r < R; ++r) {
-      wv[r] = row0 + r < n ? *reinterpret_cast<const uint4*>(w + (row0 + r) * k + c)
-                           : uint4{0, 0, 0, 0};
+      const int64_t row = row_of(r);
+      wv[r] = row >= 0 ? *reinterpret_cast<const uint4*>(w + row * k + c) : uint4{0, 0, 0, 0};
     }
     for (int m = 0; m < M; ++m) {
       float xv[8];
@@ -55,25 +67,38 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int m = 0; m < M; ++m) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
     }
   }
-  // Every lane holds every sum; lane r * M + m writes (row0 + r, m).
-  for (int r = 0; r < R; ++r) {
+  // Every lane holds every sum; lane r * M + m writes (out0 + r, m).
+  for (int r = 0; r < kOut; ++r) {
     for (int m = 0; m < M; ++m) {
-      if (lane == (r * M + m) % 32 && row0 + r < n)
-        y[static_cast<int64_t>(m) * n + row0 + r] = acc[r][m];
+      if (lane != (r * M + m) % 32 || out0 + r >= n) continue;
+      float v = acc[r][m];
+      if constexpr (kGated) {  // SiluAndMulKernel's arithmetic
+        v *= 1.0f / (1.0f + expf(-v));
+        v = v * acc[r + kOut][m];
+      }
+      y[static_cast<int64_t>(m) * n + out0 + r] = v;
     }
   }
 }
 
-template <int M>
+template <int M, bool kGated>
 void Launch(const float* x, const __nv_bfloat16* w, int32_t n, int32_t k, float* y,
             cudaStream_t stream) {
   constexpr int R = M <= 2 ? 2 : 4;
-  const int64_t blocks = (static_cast<int64_t>(n) + kWarps * R - 1) / (kWarps * R);
+  constexpr int kOut = kGated ? R / 2 : R;
+  const int64_t blocks = (static_cast<int64_t>(n) + kWarps * kOut - 1) / (kWarps * kOut);
   // (A name for the launch macro, whose arguments cannot hold the template's comma; GCC calls it
   // unused, as the host build's lambda reads it without a capture.)
-  [[maybe_unused]] static constexpr auto* kernel = &SmallMLinearKernel<M, R>;
+  [[maybe_unused]] static constexpr auto* kernel = &SmallMLinearKernel<M, R, kGated>;
   TS_LAUNCH(kernel, static_cast<unsigned>(blocks), kWarps * 32, 0, stream, x, w, n, k, y);
 }
+
+using Launcher = void (*)(const float*, const __nv_bfloat16*, int32_t, int32_t, float*,
+                          cudaStream_t);
+template <bool kGated>
+constexpr Launcher kLaunchers[kSmallMLinearRows] = {
+    Launch<1, kGated>, Launch<2, kGated>, Launch<3, kGated>, Launch<4, kGated>,
+    Launch<5, kGated>, Launch<6, kGated>, Launch<7, kGated>, Launch<8, kGated>};
 
 }  // namespace
 
@@ -88,12 +113,17 @@ cudaError_t LaunchSmallMLinear(const float* x, const void* w, int32_t m, int32_t
   if (!SmallMLinearApplies(x, w, m, k) || n > (int64_t{1} << 31) / kWarps) {
     return cudaErrorInvalidValue;
   }
-  const auto* wb = static_cast<const __nv_bfloat16*>(w);
-  using Launcher =
-      void (*)(const float*, const __nv_bfloat16*, int32_t, int32_t, float*, cudaStream_t);
-  static constexpr Launcher kLaunchers[kSmallMLinearRows] = {
-      Launch<1>, Launch<2>, Launch<3>, Launch<4>, Launch<5>, Launch<6>, Launch<7>, Launch<8>};
-  kLaunchers[m - 1](x, wb, n, k, y, stream);
+  kLaunchers<false>[m - 1](x, static_cast<const __nv_bfloat16*>(w), n, k, y, stream);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSmallMLinearSiluAndMul(const float* x, const void* w13, int32_t m, int32_t hidden,
+                                         int32_t k, float* out, cudaStream_t stream) {
+  if (hidden <= 0) return cudaSuccess;
+  if (!SmallMLinearApplies(x, w13, m, k) || hidden > (int64_t{1} << 30) / kWarps) {
+    return cudaErrorInvalidValue;
+  }
+  kLaunchers<true>[m - 1](x, static_cast<const __nv_bfloat16*>(w13), hidden, k, out, stream);
   return cudaGetLastError();
 }
 

@@ -605,6 +605,59 @@ TEST_F(CudaKernelTest, ProducersWriteTheBf16RowsOfTheNextGemmAndSaveItsConversio
   });
 }
 
+// Issue 19 item 4: at decode sizes the feed-forward's gate/up GEMM and SiLU-and-mul are one kernel
+// (the gated small-m kernel), bitwise the unfused pair's result, for every m <= 8 and awkward
+// hidden sizes (one row, a partial warp of rows, a partial block) and k (one 256-column step, a
+// partial one); above 8 rows, or on the batch-invariant path, the pair runs unfused.
+TEST_F(CudaKernelTest, GatedSmallMLinearIsTheLinearThenSiluAndMulInOneKernel) {
+  std::unique_ptr<Backend> b = MakeCudaBackend(DType::kBFloat16);
+  ASSERT_NE(b, nullptr);
+  std::mt19937 rng(23);
+  auto kernels = [] {
+#ifdef TINYSERVE_GPU_HOST
+    return gpu_host::NumKernelsRun();
+#else
+    return int64_t{0};
+#endif
+  };
+  for (const int32_t hidden : {1, 5, 97}) {
+    for (const int32_t k : {256, 264}) {
+      const std::vector<float> wh = Random(rng, static_cast<size_t>(2 * hidden) * k);
+      const WeightRef w13 = b->UploadWeight(wh.data(), wh.size());
+      ASSERT_NE(w13.data, nullptr);
+      for (int32_t m = 1; m <= 9; ++m) {
+        SCOPED_TRACE("hidden=" + std::to_string(hidden) + " k=" + std::to_string(k) +
+                     " m=" + std::to_string(m));
+        const std::vector<float> xh = Random(rng, static_cast<size_t>(m) * k, -2.0f, 2.0f);
+        const std::vector<float> nan(static_cast<size_t>(m) * 2 * hidden, kNan);
+        DeviceBuffer x(b.get(), xh.size() * 4), gu(b.get(), nan.size() * 4),
+            fused(b.get(), nan.size() * 2), plain(b.get(), nan.size() * 2);
+        b->CopyToDevice(x.as<void>(), xh.data(), xh.size() * 4);
+        for (DeviceBuffer* d : {&fused, &plain}) {
+          b->CopyToDevice(d->as<void>(), nan.data(), d->bytes());
+        }
+        const int64_t k0 = kernels();
+        b->LinearSiluAndMul(x.as<float>(), w13, m, hidden, k, gu.as<float>(), fused.as<float>());
+        const int64_t k1 = kernels();
+        b->Linear(x.as<float>(), w13, m, 2 * hidden, k, gu.as<float>());
+        b->SiluAndMul(gu.as<float>(), m, hidden, plain.as<float>());
+        const int64_t k2 = kernels();
+        ASSERT_TRUE(b->Synchronize().ok());
+        std::vector<float> got(static_cast<size_t>(m) * hidden), want(got.size());
+        b->CopyToHost(got.data(), fused.as<void>(), got.size() * 4);
+        b->CopyToHost(want.data(), plain.as<void>(), want.size() * 4);
+        for (float v : want) ASSERT_FALSE(std::isnan(v));
+        EXPECT_TRUE(Bitwise(got, want));
+        if (kOnHostLayer && m <= 8) {
+          EXPECT_EQ(k1 - k0, 1);  // against the Linear's one and SiLU-and-mul's one
+          EXPECT_EQ(k2 - k1, 2);
+        }
+      }
+      b->Deallocate(const_cast<void*>(w13.data));
+    }
+  }
+}
+
 // Decode-sized Linear on bf16 weights (small_m_linear.cu, m <= 8, k % 8 == 0): x stays fp32, so
 // the CPU on x and the bf16-rounded w is the reference up to summation order; and a row's result is
 // the same bits for every m from 1 to 8 (its order depends on k alone). Awkward n (a partial warp
