@@ -34,7 +34,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
                   "KV cache dtype: auto (the weights': bfloat16 on CUDA by default, float32 on the "
-                  "CPU), bfloat16 or float32; fp8 is not implemented yet");
+                  "CPU), bfloat16, float32, or fp8 (= fp8_e4m3, CUDA only: scale 1.0 as vLLM "
+                  "without calibrated scales, saturating at +-448)");
   cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                   "CUDA: fraction of device memory for weights, activations and the KV cache "
                   "(sizes the KV cache unless --num-kv-blocks is given)")

@@ -25,10 +25,17 @@ namespace tinyserve {
 // Hugging Face / GPT-NeoX half split (i, i + head_dim/2).
 enum class RopeStyle { kInterleaved, kNeox };
 
-// The element type a backend stores weight matrices in.
-enum class DType { kFloat32, kBFloat16 };
+// The element type a backend stores weight matrices (fp32, bf16) or the KV cache (those and fp8
+// e4m3, kernels/fp8.h) in.
+enum class DType { kFloat32, kBFloat16, kFp8E4m3 };
 
-inline const char* DTypeName(DType t) { return t == DType::kFloat32 ? "float32" : "bfloat16"; }
+// vLLM's names (--dtype, --kv-cache-dtype, cache_config_info's cache_dtype).
+inline const char* DTypeName(DType t) {
+  return t == DType::kFloat32 ? "float32" : t == DType::kBFloat16 ? "bfloat16" : "fp8_e4m3";
+}
+inline size_t DTypeBytes(DType t) {
+  return t == DType::kFloat32 ? 4 : t == DType::kBFloat16 ? 2 : 1;
+}
 
 // How a backend lays out a weight matrix [rows, cols] in its memory: row-major as given, the
 // CPU backend's panel16 packing for its GEMM (kernels/cpu/packed_gemm.h), or ggml quantized
@@ -121,9 +128,9 @@ class Backend {
   // The dtype UploadWeight stores matrices in: fp32 on the CPU; bf16 or fp32 on CUDA.
   virtual DType weight_dtype() const { return DType::kFloat32; }
   // The dtype of the KV cache's elements (WriteKvCache, PagedAttention): fp32 (the default) or bf16
-  // on the CPU; bf16 (the default) or fp32 on CUDA. KvCacheElementBytes: its size.
+  // on the CPU; bf16 (the default), fp32 or fp8 e4m3 on CUDA. KvCacheElementBytes: its size.
   virtual DType kv_cache_dtype() const { return DType::kFloat32; }
-  size_t KvCacheElementBytes() const { return kv_cache_dtype() == DType::kFloat32 ? 4 : 2; }
+  size_t KvCacheElementBytes() const { return DTypeBytes(kv_cache_dtype()); }
   // Returns new device memory holding the `count` host fp32 values converted to weight_dtype()
   // (free it with Deallocate), or a null ref if the memory cannot be had.
   virtual WeightRef UploadWeight(const float* host, size_t count) {
@@ -239,7 +246,7 @@ class Backend {
 
   // Writes each token's K and V row into the cache at its slot; slot -1 is skipped.
   // k, v [n, kv_width] with row stride `stride`; slots [n] int64; caches as in the file comment.
-  // The caches hold kv_cache_dtype() values (bf16: rounded to nearest even).
+  // The caches hold kv_cache_dtype() values (bf16: rounded to nearest even; fp8: FloatToE4m3).
   virtual void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
                             int32_t n, int32_t kv_width, void* k_cache, void* v_cache) = 0;
 
@@ -328,7 +335,8 @@ class DeviceBuffer {
 // The CPU backend: fp32, the packed batch-invariant GEMM (kernels/cpu/packed_gemm.h), its own
 // thread pool. `num_threads` <= 0 means all hardware threads. `kv_cache_dtype` kFloat32 or
 // kBFloat16 (half the bytes a token; attention widens the elements and computes in fp32, the same
-// order as over an fp32 cache).
+// order as over an fp32 cache); kFp8E4m3 is CUDA's only (SelectBackend refuses it for the CPU;
+// given it here, the process stops with a message).
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads, DType kv_cache_dtype = DType::kFloat32);
 
 }  // namespace tinyserve

@@ -34,7 +34,8 @@ struct CudaBackendOptions {
   // VLLM_BATCH_INVARIANT.
   bool batch_invariant = false;
   // The KV cache's elements (vLLM's --kv-cache-dtype): bf16 (half the bytes and twice the tokens
-  // of fp32; attention reads them widened to fp32 and computes in fp32) or fp32.
+  // of fp32; attention reads them widened to fp32 and computes in fp32), fp32, or fp8 e4m3 (a
+  // quarter of fp32's bytes; kernels/fp8.h; scale 1.0, as vLLM without calibrated scales).
   DType kv_cache_dtype = DType::kBFloat16;
 };
 

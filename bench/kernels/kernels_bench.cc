@@ -172,8 +172,8 @@ double AttentionBandwidth(Backend& be, int32_t batch, int32_t context, int32_t h
   for (int32_t i = 0; i <= batch; ++i) qs[i] = i;
   const double sec = AttentionSeconds(be, positions, qs, (context + 15) / 16, /*shuffle=*/true,
                                       heads, kv_heads, head_dim, 50);
-  const double bytes = 2.0 * batch * context * kv_heads * head_dim *
-                       (be.kv_cache_dtype() == DType::kBFloat16 ? 2 : 4);
+  const double bytes =
+      2.0 * batch * context * kv_heads * head_dim * DTypeBytes(be.kv_cache_dtype());
   return sec > 0 ? bytes / sec : 0;
 }
 
@@ -448,7 +448,7 @@ int Main(int argc, char** argv) {
     for (int32_t batch : {1, 8, 64}) {
       const double step = DecodeStep(**runner, batch, 1024, quick ? 5 : 20);
       const double kv_bytes = static_cast<double>(batch) * 1025 *
-                              ModelRunner::KvBytesPerToken(config, m.kv == DType::kFloat32 ? 4 : 2);
+                              ModelRunner::KvBytesPerToken(config, DTypeBytes(m.kv));
       const double floor = (weight_bytes + kv_bytes) / bw;
       std::printf("%-6d %-8s %-10s %-9s %10.3f %10.3f %8.2f\n", batch, m.eager ? "eager" : "graphs",
                   m.invariant ? "invariant" : "cuBLAS", DTypeName(m.kv), step * 1e3, floor * 1e3,

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -276,6 +277,11 @@ bool g_attention_vectors = true;  // SetCpuAttentionVectorsForTesting
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, DType kv_dtype) : kv_dtype_(kv_dtype) {
+    if (kv_dtype != DType::kFloat32 && kv_dtype != DType::kBFloat16) {
+      std::fprintf(stderr, "tinyserve: the CPU backend's KV cache is float32 or bfloat16, not %s\n",
+                   DTypeName(kv_dtype));
+      std::abort();
+    }
     if (num_threads <= 0)
       num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     num_threads_ = num_threads;

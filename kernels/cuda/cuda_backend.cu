@@ -247,7 +247,7 @@ class CudaBackend final : public Backend {
     size_t attn_floats = 0;  // ChooseAttentionSplits is 1 from some row count on: try each
     for (int32_t t = 1; t <= l.max_tokens; ++t) {
       const int32_t splits = cuda::ChooseAttentionSplits(t, l.num_heads, l.num_kv_heads, l.head_dim,
-                                                         kv_bf16(), l.max_context, num_sms_);
+                                                         kv_elem(), l.max_context, num_sms_);
       attn_floats = std::max(attn_floats,
                              cuda::PagedAttentionScratchFloats(t, l.num_heads, l.head_dim, splits));
     }
@@ -305,7 +305,11 @@ class CudaBackend final : public Backend {
   // ---- weights ----------------------------------------------------------------------------------
   DType weight_dtype() const override { return dtype_; }
   DType kv_cache_dtype() const override { return kv_dtype_; }
-  bool kv_bf16() const { return kv_dtype_ == DType::kBFloat16; }
+  cuda::KvElem kv_elem() const {
+    return kv_dtype_ == DType::kBFloat16  ? cuda::KvElem::kBf16
+           : kv_dtype_ == DType::kFp8E4m3 ? cuda::KvElem::kFp8
+                                          : cuda::KvElem::kF32;
+  }
 
   WeightRef UploadWeight(const float* host, size_t count) override {
     if (dtype_ == DType::kFloat32) return Backend::UploadWeight(host, count);
@@ -457,7 +461,7 @@ class CudaBackend final : public Backend {
   }
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
                     int32_t kv_width, void* k_cache, void* v_cache) override {
-    Check(cuda::LaunchWriteKvCache(k, v, stride, slots, n, kv_width, kv_bf16(), k_cache, v_cache,
+    Check(cuda::LaunchWriteKvCache(k, v, stride, slots, n, kv_width, kv_elem(), k_cache, v_cache,
                                    stream_),
           "WriteKvCache");
   }
@@ -468,7 +472,7 @@ class CudaBackend final : public Backend {
                            void* v_cache) override {
     Check(cuda::LaunchRopeWriteKvCache(q, k, v, stride, positions, slots, n, num_heads,
                                        num_kv_heads, head_dim, inv_freq, style == RopeStyle::kNeox,
-                                       kv_bf16(), k_cache, v_cache, stream_),
+                                       kv_elem(), k_cache, v_cache, stream_),
           "RopeWriteKvCache");
   }
   void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
@@ -479,7 +483,7 @@ class CudaBackend final : public Backend {
     a.q_stride = q_stride;
     a.k_cache = k_cache;
     a.v_cache = v_cache;
-    a.kv_bf16 = kv_bf16();
+    a.kv = kv_elem();
     a.positions = meta.positions;
     a.query_start = meta.query_start;
     a.block_tables = meta.block_tables;
@@ -493,7 +497,7 @@ class CudaBackend final : public Backend {
     a.head_dim = head_dim;
     a.out = out;
     const int32_t splits =
-        cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim, kv_bf16(),
+        cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim, kv_elem(),
                                     meta.max_blocks_per_seq * meta.block_size, num_sms_);
     const size_t floats =
         cuda::PagedAttentionScratchFloats(meta.num_tokens, num_heads, head_dim, splits);
@@ -1068,7 +1072,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const DType dtype_;
-  const DType kv_dtype_;  // the KV cache's elements: fp32 or bf16
+  const DType kv_dtype_;  // the KV cache's elements: fp32, bf16 or fp8 e4m3
   const bool batch_invariant_;
   const CublasApi blas_;
   std::string device_name_;

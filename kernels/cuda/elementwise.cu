@@ -9,10 +9,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/fp8.h"
 
 namespace tinyserve::cuda {
 namespace {
@@ -100,6 +102,7 @@ __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_strid
 // One block per token.
 __device__ __forceinline__ void StoreKv(float* p, float v) { *p = v; }
 __device__ __forceinline__ void StoreKv(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void StoreKv(Fp8E4m3* p, float v) { p->bits = FloatToE4m3(v); }
 
 // KV: float or __nv_bfloat16 (rounded to nearest even).
 template <typename KV>
@@ -225,31 +228,45 @@ __global__ void RopeWriteKvCacheKernel(float* q, float* k, const float* v, int32
 cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t stride,
                                    const int32_t* positions, const int64_t* slots, int32_t n,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                                   const float* inv_freq, bool neox, bool bf16, void* k_cache,
+                                   const float* inv_freq, bool neox, KvElem kv, void* k_cache,
                                    void* v_cache, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  if (bf16) {
-    TS_LAUNCH(RopeWriteKvCacheKernel<__nv_bfloat16>, n, 128, 0, stream, q, k, v, stride, positions,
-              slots, num_heads, num_kv_heads, head_dim, inv_freq, neox,
-              static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
-  } else {
-    TS_LAUNCH(RopeWriteKvCacheKernel<float>, n, 128, 0, stream, q, k, v, stride, positions, slots,
-              num_heads, num_kv_heads, head_dim, inv_freq, neox, static_cast<float*>(k_cache),
-              static_cast<float*>(v_cache));
+  auto launch = [&](auto* kc, auto* vc) {
+    using KV = std::remove_pointer_t<decltype(kc)>;
+    TS_LAUNCH(RopeWriteKvCacheKernel<KV>, n, 128, 0, stream, q, k, v, stride, positions, slots,
+              num_heads, num_kv_heads, head_dim, inv_freq, neox, kc, vc);
+  };
+  switch (kv) {
+    case KvElem::kBf16:
+      launch(static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+      break;
+    case KvElem::kFp8:
+      launch(static_cast<Fp8E4m3*>(k_cache), static_cast<Fp8E4m3*>(v_cache));
+      break;
+    default:
+      launch(static_cast<float*>(k_cache), static_cast<float*>(v_cache));
   }
   return cudaGetLastError();
 }
 
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                               int32_t n, int32_t kv_width, bool bf16, void* k_cache, void* v_cache,
+                               int32_t n, int32_t kv_width, KvElem kv, void* k_cache, void* v_cache,
                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  if (bf16) {
-    TS_LAUNCH(WriteKvCacheKernel<__nv_bfloat16>, n, kRowThreads, 0, stream, k, v, stride, slots,
-              kv_width, static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
-  } else {
-    TS_LAUNCH(WriteKvCacheKernel<float>, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width,
-              static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+  auto launch = [&](auto* kc, auto* vc) {
+    using KV = std::remove_pointer_t<decltype(kc)>;
+    TS_LAUNCH(WriteKvCacheKernel<KV>, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width, kc,
+              vc);
+  };
+  switch (kv) {
+    case KvElem::kBf16:
+      launch(static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+      break;
+    case KvElem::kFp8:
+      launch(static_cast<Fp8E4m3*>(k_cache), static_cast<Fp8E4m3*>(v_cache));
+      break;
+    default:
+      launch(static_cast<float*>(k_cache), static_cast<float*>(v_cache));
   }
   return cudaGetLastError();
 }

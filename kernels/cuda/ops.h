@@ -13,6 +13,10 @@
 
 namespace tinyserve::cuda {
 
+// The KV cache's element: fp32, __nv_bfloat16 (nearest even) or fp8 e4m3 (kernels/fp8.h: nearest
+// even, saturating to +-448; no scale, as vLLM without calibrated scales: 1.0).
+enum class KvElem { kF32, kBf16, kFp8 };
+
 // out[t, :] = table[ids[t], :].  table [vocab, dim] fp32 or bf16 (`bf16`), out [n, dim] fp32.
 cudaError_t LaunchEmbedding(const void* table, bool bf16, const int32_t* ids, int32_t n,
                             int32_t dim, float* out, cudaStream_t stream);
@@ -36,12 +40,12 @@ cudaError_t LaunchRope(float* q, int32_t q_stride, float* k, int32_t k_stride,
 cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t stride,
                                    const int32_t* positions, const int64_t* slots, int32_t n,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                                   const float* inv_freq, bool neox, bool bf16, void* k_cache,
+                                   const float* inv_freq, bool neox, KvElem kv, void* k_cache,
                                    void* v_cache, cudaStream_t stream);
 
-// The caches hold fp32 or (bf16) __nv_bfloat16 values, rounded to nearest even.
+// The caches hold `kv` elements (KvElem).
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                               int32_t n, int32_t kv_width, bool bf16, void* k_cache, void* v_cache,
+                               int32_t n, int32_t kv_width, KvElem kv, void* k_cache, void* v_cache,
                                cudaStream_t stream);
 
 // out [n, hidden] = silu(gate) * up of gate_up [n, 2 * hidden]; out_bf16 as for LaunchRmsNorm.
@@ -90,7 +94,7 @@ struct PagedAttentionArgs {
   int32_t q_stride = 0;
   const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
   const void* v_cache = nullptr;
-  bool kv_bf16 = false;                   // the caches hold __nv_bfloat16 (else float)
+  KvElem kv = KvElem::kF32;               // what the caches hold
   const int32_t* positions = nullptr;     // [num_tokens]
   const int32_t* query_start = nullptr;   // [num_seqs + 1]
   const int32_t* block_tables = nullptr;  // [num_seqs, *table_stride or max_blocks_per_seq]
@@ -108,7 +112,7 @@ constexpr int32_t kMaxAttentionHeadDim = 256;
 // `num_sms` multiprocessors twice, else one block per split of a `max_context`-long table. Depends
 // only on host-known shapes; the results are the same bits either way.
 int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num_kv_heads,
-                              int32_t head_dim, bool kv_bf16, int32_t max_context, int32_t num_sms);
+                              int32_t head_dim, KvElem kv, int32_t max_context, int32_t num_sms);
 size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
                                    int32_t num_splits);
 size_t PagedAttentionCounters(int32_t num_tokens, int32_t num_heads);

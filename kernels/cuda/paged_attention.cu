@@ -1,16 +1,18 @@
 // Paged attention on CUDA: prefill chunks over a cached prefix and decode alike (the CPU twin is
 // CpuBackend::PagedAttention). Two kernels, one per model (head_dim and the cache dtype decide):
 // the vectorized one (VecAttentionKernel, below: head_dim a multiple of 4 for fp32 caches, 8 for
-// bf16; 256-position splits) and this generic one for other head dims. The caches hold fp32 or bf16
-// (LoadKv / Widen16 widen bf16 exactly). Each (token, head) row's context [0, len) is cut into
-// splits of kSplitLength positions: a fixed length, so a row's splits depend only on its own
-// length, never on the batch's block-table width, the number of rows or the grid. A split is
-// attended from a fresh state by AttendSplit: it walks the split in chunks of kChunk positions with
-// an online softmax (a warp per key computes the scaled scores q.k / sqrt(head_dim) into shared
-// memory; the chunk's max rescales the running sum and the output accumulator; groups of head_dim
-// threads accumulate p * v over the chunk's rows) and gives the split's normalized output, max and
-// sum. The row's result is the left fold (FoldSplit) of its splits in increasing order. Two launch
-// shapes compute exactly that, instruction for instruction:
+// bf16 and fp8; 256-position splits) and this generic one for other head dims. The caches hold
+// fp32, bf16 or fp8 e4m3 (LoadKv / Widen16 widen both exactly; an fp8 row is read in 8-byte
+// vectors of 8 values, as a bf16 row in 16-byte ones, so the same values give the same bits). Each
+// (token, head) row's context [0, len) is cut into splits of kSplitLength positions: a fixed
+// length, so a row's splits depend only on its own length, never on the batch's block-table width,
+// the number of rows or the grid. A split is attended from a fresh state by AttendSplit: it walks
+// the split in chunks of kChunk positions with an online softmax (a warp per key computes the
+// scaled scores q.k / sqrt(head_dim) into shared memory; the chunk's max rescales the running sum
+// and the output accumulator; groups of head_dim threads accumulate p * v over the chunk's rows)
+// and gives the split's normalized output, max and sum. The row's result is the left fold
+// (FoldSplit) of its splits in increasing order. Two launch shapes compute exactly that,
+// instruction for instruction:
 //   - one block per row (grid z = 1) attends the row's splits one after the other and folds them;
 //   - one block per split (flash-decoding, grid z = the widest table's split count, for few rows
 //     and long contexts): each block writes its split's output, max and sum and counts itself in
@@ -85,6 +87,7 @@ struct SplitResult {
 // o = 0), and on every thread m and l. Contains barriers: every thread of the block calls it.
 __device__ __forceinline__ float LoadKv(const float* p) { return *p; }
 __device__ __forceinline__ float LoadKv(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float LoadKv(const Fp8E4m3* p) { return E4m3ToFloat(p->bits); }
 
 template <typename KV>
 __device__ __noinline__ SplitResult
@@ -240,7 +243,8 @@ __global__ void __launch_bounds__(kVecThreads)
   if (first >= last) return;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  constexpr int kVec = kVec16Elems<KV>;
+  constexpr int kVec = KvVector<KV>::kElems;
+  using Raw = typename KvVector<KV>::Raw;
   const int nv = hd / kVec;  // 16-byte vectors a row
   const int lanes = LanesPerKey(nv), keys_per_warp = 32 / lanes;
   const int sub = lane % lanes, kslot = lane / lanes;
@@ -276,15 +280,15 @@ __global__ void __launch_bounds__(kVecThreads)
 
     // Scores: key slot my_slot takes positions my_slot, my_slot + key_slots, ...
     for (int32_t base = 0; base < n; base += key_slots * kUnroll) {
-      uint4 raw[kUnroll][kRows];
+      Raw raw[kUnroll][kRows];
       for (int u = 0; u < kUnroll; ++u) {
         const int32_t i = base + u * key_slots + my_slot;
         for (int r = 0; r < kRows; ++r) {
           const int j = sub + r * lanes;
           raw[u][r] = i < n && j < nv
-                          ? *reinterpret_cast<const uint4*>(
+                          ? *reinterpret_cast<const Raw*>(
                                 k_base + static_cast<int64_t>(slots[i]) * kv_width + kVec * j)
-                          : uint4{0, 0, 0, 0};
+                          : Raw{};
         }
       }
       for (int u = 0; u < kUnroll; ++u) {
@@ -335,15 +339,15 @@ __global__ void __launch_bounds__(kVecThreads)
       }
     }
     for (int32_t base = 0; base < n; base += key_slots * kUnroll) {
-      uint4 raw[kUnroll][kRows];
+      Raw raw[kUnroll][kRows];
       for (int u = 0; u < kUnroll; ++u) {
         const int32_t i = base + u * key_slots + my_slot;
         for (int r = 0; r < kRows; ++r) {
           const int j = sub + r * lanes;
           raw[u][r] = i < n && j < nv
-                          ? *reinterpret_cast<const uint4*>(
+                          ? *reinterpret_cast<const Raw*>(
                                 v_base + static_cast<int64_t>(slots[i]) * kv_width + kVec * j)
-                          : uint4{0, 0, 0, 0};
+                          : Raw{};
         }
       }
       for (int u = 0; u < kUnroll; ++u) {
@@ -508,15 +512,15 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
   }
 }
 
-// The vectorized kernel takes rows of whole 16-byte vectors (head_dim a multiple of 4 for fp32, 8
-// for bf16), at most two vectors a lane, on 16-byte aligned caches.
-// Whether the vectorized kernel's rows fit head_dim: whole 16-byte vectors, at most two a lane.
-bool VecHeadDim(int32_t head_dim, bool bf16) {
-  const int32_t vec = bf16 ? 8 : 4;
+// The vectorized kernel takes rows of whole vectors (head_dim a multiple of 4 for fp32, 8 for bf16
+// and fp8), at most two vectors a lane, on 16-byte aligned caches.
+int32_t VecElems(KvElem kv) { return kv == KvElem::kF32 ? 4 : 8; }
+bool VecHeadDim(int32_t head_dim, KvElem kv) {
+  const int32_t vec = VecElems(kv);
   return head_dim > 0 && head_dim % vec == 0 && head_dim <= 2 * 32 * vec;
 }
-bool UsesVecKernel(int32_t head_dim, bool bf16, const void* k_cache, const void* v_cache) {
-  return VecHeadDim(head_dim, bf16) && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
+bool UsesVecKernel(int32_t head_dim, KvElem kv, const void* k_cache, const void* v_cache) {
+  return VecHeadDim(head_dim, kv) && reinterpret_cast<uintptr_t>(k_cache) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(v_cache) % 16 == 0;
 }
 
@@ -529,11 +533,10 @@ int32_t SplitLength(bool vec) { return vec ? kVecSplit : kSplitLength; }
 }  // namespace
 
 int32_t ChooseAttentionSplits(int32_t num_tokens, int32_t num_heads, int32_t num_kv_heads,
-                              int32_t head_dim, bool kv_bf16, int32_t max_context,
-                              int32_t num_sms) {
+                              int32_t head_dim, KvElem kv, int32_t max_context, int32_t num_sms) {
   // Both shapes give the same bits (see the top of the file); this only picks the faster one.
   // The caches are cudaMalloc-ed (aligned): head_dim and the dtype decide the kernel.
-  const bool vec = VecHeadDim(head_dim, kv_bf16);
+  const bool vec = VecHeadDim(head_dim, kv);
   const int32_t split = SplitLength(vec);
   const int32_t widest = std::max<int32_t>(1, (max_context + split - 1) / split);
   if (!vec) {
@@ -564,7 +567,7 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
       a.num_heads > 65535 || a.num_tokens > 65535) {
     return cudaErrorInvalidValue;
   }
-  const bool vec = UsesVecKernel(a.head_dim, a.kv_bf16, a.k_cache, a.v_cache);
+  const bool vec = UsesVecKernel(a.head_dim, a.kv, a.k_cache, a.v_cache);
   const int32_t split = SplitLength(vec);
   // One block per split needs a block for every split of the widest table (1: one per row).
   const int64_t widest =
@@ -578,10 +581,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
     const int32_t chunks = (group + kg - 1) / kg;
     const dim3 grid(a.num_kv_heads * chunks, a.num_tokens, num_splits);
     const size_t smem = VecAttentionSharedBytes(kg, a.head_dim);
-    // [bf16][log2 of the group served][vectors a lane - 1]; bf16 rows take one vector a lane.
+    // [element][log2 of the group served][vectors a lane - 1]; bf16 and fp8 rows (8 values a
+    // vector, head_dim <= 256) take one vector a lane.
     using Launcher = void (*)(dim3, size_t, cudaStream_t, const PagedAttentionArgs&, int32_t,
                               int32_t, float*, int32_t*);
-    static constexpr Launcher kLaunchers[2][4][2] = {
+    static constexpr Launcher kLaunchers[3][4][2] = {
         {{LaunchVec<float, 1, 1>, LaunchVec<float, 1, 2>},
          {LaunchVec<float, 2, 1>, LaunchVec<float, 2, 2>},
          {LaunchVec<float, 4, 1>, LaunchVec<float, 4, 2>},
@@ -589,19 +593,29 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
         {{LaunchVec<__nv_bfloat16, 1, 1>, nullptr},
          {LaunchVec<__nv_bfloat16, 2, 1>, nullptr},
          {LaunchVec<__nv_bfloat16, 4, 1>, nullptr},
-         {LaunchVec<__nv_bfloat16, 8, 1>, nullptr}}};
+         {LaunchVec<__nv_bfloat16, 8, 1>, nullptr}},
+        {{LaunchVec<Fp8E4m3, 1, 1>, nullptr},
+         {LaunchVec<Fp8E4m3, 2, 1>, nullptr},
+         {LaunchVec<Fp8E4m3, 4, 1>, nullptr},
+         {LaunchVec<Fp8E4m3, 8, 1>, nullptr}}};
     const int log2_group = kg == 1 ? 0 : kg == 2 ? 1 : kg == 4 ? 2 : 3;
-    const int rows = a.head_dim > 32 * (a.kv_bf16 ? 8 : 4) ? 2 : 1;
-    kLaunchers[a.kv_bf16 ? 1 : 0][log2_group][rows - 1](grid, smem, stream, a, num_splits, chunks,
-                                                        scratch, counters);
+    const int rows = a.head_dim > 32 * VecElems(a.kv) ? 2 : 1;
+    kLaunchers[static_cast<int>(a.kv)][log2_group][rows - 1](grid, smem, stream, a, num_splits,
+                                                             chunks, scratch, counters);
   } else {
     const dim3 grid(a.num_heads, a.num_tokens, num_splits);
-    if (a.kv_bf16) {
-      TS_LAUNCH(PagedAttentionKernel<__nv_bfloat16>, grid, kThreads, 0, stream, a, num_splits,
-                scratch, counters);
-    } else {
-      TS_LAUNCH(PagedAttentionKernel<float>, grid, kThreads, 0, stream, a, num_splits, scratch,
-                counters);
+    switch (a.kv) {
+      case KvElem::kBf16:
+        TS_LAUNCH(PagedAttentionKernel<__nv_bfloat16>, grid, kThreads, 0, stream, a, num_splits,
+                  scratch, counters);
+        break;
+      case KvElem::kFp8:
+        TS_LAUNCH(PagedAttentionKernel<Fp8E4m3>, grid, kThreads, 0, stream, a, num_splits, scratch,
+                  counters);
+        break;
+      default:
+        TS_LAUNCH(PagedAttentionKernel<float>, grid, kThreads, 0, stream, a, num_splits, scratch,
+                  counters);
     }
   }
   return cudaGetLastError();

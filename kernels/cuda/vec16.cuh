@@ -1,10 +1,13 @@
 // 16-byte vectors of device memory widened to fp32, exactly: 4 floats or 8 bf16 values (a bf16 is
-// the upper half of its float). Shared by the kernels that stream a cache or weights with 16-byte
-// loads (paged_attention.cu, small_m_linear.cu).
+// the upper half of its float); and the KV cache's vectors, fp8 e4m3 ones 8 bytes. Shared by the
+// kernels that stream a cache or weights with 16-byte loads (paged_attention.cu,
+// small_m_linear.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "kernels/fp8.h"
 
 namespace tinyserve::cuda {
 
@@ -25,6 +28,24 @@ __device__ __forceinline__ void Widen16(uint4 r, float* f, const __nv_bfloat16*)
     f[2 * i] = __uint_as_float(w[i] << 16);              // the lower address: element 2i
     f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);  // element 2i + 1
   }
+}
+
+// The vector a kernel streaming a KV cache loads at once: 16 bytes of fp32 or bf16 (4 or 8
+// values); of fp8 e4m3 8 bytes, so that it holds 8 values as bf16's does and the lanes split a row
+// the same way (the same reduction order, so the same bits on the same values).
+template <typename T>
+struct KvVector {
+  using Raw = uint4;
+  static constexpr int kElems = kVec16Elems<T>;
+};
+template <>
+struct KvVector<Fp8E4m3> {
+  using Raw = uint2;
+  static constexpr int kElems = 8;
+};
+__device__ __forceinline__ void Widen16(uint2 r, float* f, const Fp8E4m3*) {
+  const unsigned w[2] = {r.x, r.y};
+  for (int i = 0; i < 8; ++i) f[i] = E4m3ToFloat(static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4))));
 }
 
 // One 16-byte load of p (16-byte aligned), widened.

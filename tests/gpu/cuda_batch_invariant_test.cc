@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "kernels/cuda/ops.h"
+#include "kernels/fp8.h"
 #include "tests/gpu/gpu_test_util.h"
 #ifdef TINYSERVE_GPU_HOST
 #include "tests/gpu_host/executor.h"
@@ -290,7 +291,7 @@ INSTANTIATE_TEST_SUITE_P(
 struct LaunchShapeCase {
   std::string name;
   int32_t block_size, num_heads, num_kv_heads, head_dim;
-  bool bf16 = false;  // a bf16 cache
+  cuda::KvElem kv = cuda::KvElem::kF32;  // the cache's elements
 };
 void PrintTo(const LaunchShapeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -345,10 +346,26 @@ TEST_P(CudaAttentionLaunchShapeTest, OneBlockPerRowAndOneBlockPerSplitAgreeBitwi
     }
     return b;
   };
-  a.kv_bf16 = c.bf16;
-  if (c.bf16) {
+  // fp8: any byte but the NaNs (0x7f, 0xff); kept, to compare with a bf16 cache of their values.
+  auto fp8_bytes = [&rng](size_t n) {
+    std::vector<uint8_t> b(n);
+    for (uint8_t& x : b) {
+      do {
+        x = static_cast<uint8_t>(rng());
+      } while ((x & 0x7f) == 0x7f);
+    }
+    return b;
+  };
+  std::vector<uint8_t> k8, v8;
+  a.kv = c.kv;
+  if (c.kv == cuda::KvElem::kBf16) {
     a.k_cache = DeviceCopy(bf16_bits(Random(rng, cache)));
     a.v_cache = DeviceCopy(bf16_bits(Random(rng, cache)));
+  } else if (c.kv == cuda::KvElem::kFp8) {
+    k8 = fp8_bytes(cache);
+    v8 = fp8_bytes(cache);
+    a.k_cache = DeviceCopy(k8);
+    a.v_cache = DeviceCopy(v8);
   } else {
     a.k_cache = DeviceCopy(Random(rng, cache));
     a.v_cache = DeviceCopy(Random(rng, cache));
@@ -400,6 +417,25 @@ TEST_P(CudaAttentionLaunchShapeTest, OneBlockPerRowAndOneBlockPerSplitAgreeBitwi
   const int32_t widest = (width * bs + 255) / 256;
   EXPECT_TRUE(Bitwise(run(widest), per_row)) << widest << " splits";
   EXPECT_TRUE(Bitwise(run(widest + 3), per_row)) << widest + 3 << " splits";
+  if (c.kv == cuda::KvElem::kFp8) {
+    // An fp8 row is read as 8-value vectors, as a bf16 one: the bf16 kernel on the same values
+    // (every e4m3 value is a bf16) gives the same bits.
+    auto widened = [&](const std::vector<uint8_t>& b) {
+      std::vector<float> f(b.size());
+      for (size_t i = 0; i < b.size(); ++i) f[i] = E4m3ToFloat(b[i]);
+      return bf16_bits(f);
+    };
+    const void* k = a.k_cache;
+    const void* v = a.v_cache;
+    a.kv = cuda::KvElem::kBf16;
+    a.k_cache = DeviceCopy(widened(k8));
+    a.v_cache = DeviceCopy(widened(v8));
+    EXPECT_TRUE(Bitwise(run(1), per_row)) << "the bf16 kernel on the fp8 values";
+    cudaFree(const_cast<void*>(a.k_cache));
+    cudaFree(const_cast<void*>(a.v_cache));
+    a.k_cache = k;
+    a.v_cache = v;
+  }
   for (const void* p :
        {static_cast<const void*>(a.q), static_cast<const void*>(a.k_cache),
         static_cast<const void*>(a.v_cache), static_cast<const void*>(a.positions),
@@ -417,11 +453,16 @@ INSTANTIATE_TEST_SUITE_P(
         LaunchShapeCase{"Gqa8Bs32Hd256", 32, 8, 1, 256},
         LaunchShapeCase{"Gqa16Bs16Hd8", 16, 16, 1, 8}, LaunchShapeCase{"GenericHd6Bs4", 4, 4, 2, 6},
         LaunchShapeCase{"Hd36Bs16", 16, 2, 1, 36}, LaunchShapeCase{"GenericHd10Bs16", 16, 6, 3, 10},
-        LaunchShapeCase{"Bf16Gqa4Bs16Hd128", 16, 8, 2, 128, true},
-        LaunchShapeCase{"Bf16Gqa7Bs8Hd64", 8, 14, 2, 64, true},
-        LaunchShapeCase{"Bf16Gqa16Bs16Hd256", 16, 16, 1, 256, true},
-        LaunchShapeCase{"Bf16Hd8Bs1", 1, 2, 1, 8, true},
-        LaunchShapeCase{"Bf16GenericHd36Bs16", 16, 4, 2, 36, true}),
+        LaunchShapeCase{"Bf16Gqa4Bs16Hd128", 16, 8, 2, 128, cuda::KvElem::kBf16},
+        LaunchShapeCase{"Bf16Gqa7Bs8Hd64", 8, 14, 2, 64, cuda::KvElem::kBf16},
+        LaunchShapeCase{"Bf16Gqa16Bs16Hd256", 16, 16, 1, 256, cuda::KvElem::kBf16},
+        LaunchShapeCase{"Bf16Hd8Bs1", 1, 2, 1, 8, cuda::KvElem::kBf16},
+        LaunchShapeCase{"Bf16GenericHd36Bs16", 16, 4, 2, 36, cuda::KvElem::kBf16},
+        LaunchShapeCase{"Fp8Gqa4Bs16Hd128", 16, 8, 2, 128, cuda::KvElem::kFp8},
+        LaunchShapeCase{"Fp8Gqa7Bs8Hd64", 8, 14, 2, 64, cuda::KvElem::kFp8},
+        LaunchShapeCase{"Fp8Gqa16Bs16Hd256", 16, 16, 1, 256, cuda::KvElem::kFp8},
+        LaunchShapeCase{"Fp8Hd8Bs1", 1, 2, 1, 8, cuda::KvElem::kFp8},
+        LaunchShapeCase{"Fp8GenericHd36Bs16", 16, 4, 2, 36, cuda::KvElem::kFp8}),
     [](const ::testing::TestParamInfo<LaunchShapeCase>& param_info) {
       return param_info.param.name;
     });

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <ostream>
@@ -173,8 +174,8 @@ TEST_F(CudaKernelTest, RopeMatchesTheCpuInBothLayouts) {
 }
 
 // The fused RoPE + KV-cache write is bitwise Rope then WriteKvCache on the same backend (q, k and
-// both caches), for both layouts, fp32 and bf16 caches, padding rows (slot -1) and a GQA shape with
-// an odd number of pairs per thread; and close to the CPU's Rope + WriteKvCache.
+// both caches), for both layouts, fp32, bf16 and fp8 caches, padding rows (slot -1) and a GQA shape
+// with an odd number of pairs per thread; and close to the CPU's Rope + WriteKvCache.
 TEST_F(CudaKernelTest, FusedRopeAndKvWriteIsRopeThenWriteKvCache) {
   std::mt19937 rng(14);
   const int32_t num_heads = 6, num_kv_heads = 2, hd = 40, n = 23;
@@ -191,13 +192,12 @@ TEST_F(CudaKernelTest, FusedRopeAndKvWriteIsRopeThenWriteKvCache) {
   for (int32_t i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / hd);
   const std::vector<float> qkv_h = Random(rng, static_cast<size_t>(n) * stride);
   Twin d_pos = Put(pos), d_slots = Put(slots), d_freq = Put(inv_freq);
-  for (DType kv : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType kv : {DType::kFloat32, DType::kBFloat16, DType::kFp8E4m3}) {
     std::unique_ptr<Backend> gpu = MakeCudaBackend(DType::kFloat32, false, kv);
     ASSERT_NE(gpu, nullptr);
     for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kNeox}) {
       SCOPED_TRACE(std::string(DTypeName(kv)) + (style == RopeStyle::kNeox ? " neox" : " pairs"));
-      const size_t cache_bytes =
-          static_cast<size_t>(num_slots) * kv_width * (kv == DType::kFloat32 ? 4 : 2);
+      const size_t cache_bytes = static_cast<size_t>(num_slots) * kv_width * DTypeBytes(kv);
       std::vector<std::vector<uint8_t>> got;  // qkv, k cache, v cache: separate, then fused
       for (bool fused : {false, true}) {
         DeviceBuffer qkv(gpu.get(), qkv_h.size() * 4), kc(gpu.get(), cache_bytes),
@@ -316,6 +316,54 @@ TEST_F(CudaKernelTest, WriteKvCacheRoundsToBf16) {
   }
 }
 
+// An fp8 cache holds each value as FloatToE4m3 (kernels/fp8.h: nearest, ties to even, saturating
+// at +-448): ties, subnormals, values past 448 and infinities; padding rows write nothing.
+TEST_F(CudaKernelTest, WriteKvCacheRoundsToFp8) {
+  gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, DType::kFp8E4m3);
+  ASSERT_NE(gpu_, nullptr);
+  ASSERT_EQ(gpu_->KvCacheElementBytes(), 1u);
+  std::mt19937 rng(16);
+  const int32_t rows = 9, kv_width = 24, stride = 2 * kv_width;
+  std::vector<float> kv = Random(rng, static_cast<size_t>(rows) * stride, -500.0f, 500.0f);
+  for (size_t i = 0; i < kv.size(); i += 3) kv[i] *= 1e-3f;  // normals and subnormals of e4m3 too
+  // Row 0 (slot 4): a tie rounding down to even (1.0625 between 1 and 1.125), one rounding up
+  // (1.1875 -> 1.25), a subnormal tie (3 * 2^-10 -> 2 * 2^-9), half the smallest subnormal (-> 0),
+  // past the largest finite and infinities (-> +-448), and the largest finite itself.
+  const float specials[] = {1.0625f, 1.1875f,  3.0f / 1024, 1.0f / 1024, 460.0f,
+                            -1e9f,   INFINITY, -INFINITY,   448.0f};
+  for (size_t j = 0; j < std::size(specials); ++j) kv[1 + j] = specials[j];
+  std::vector<int64_t> slots = {4, 0, -1, 7, 1, 2, 3, 5, 6};
+  Twin d_kv = Put(kv), d_slots = Put(slots);
+  const size_t cache = static_cast<size_t>(rows) * kv_width;
+  DeviceBuffer k8(gpu_.get(), cache), v8(gpu_.get(), cache);
+  const std::vector<uint8_t> poison(cache, 0x5a);
+  gpu_->CopyToDevice(k8.as<void>(), poison.data(), cache);
+  gpu_->CopyToDevice(v8.as<void>(), poison.data(), cache);
+  gpu_->WriteKvCache(d_kv.g<float>(), d_kv.g<float>() + kv_width, stride, d_slots.g<int64_t>(),
+                     rows, kv_width, k8.as<void>(), v8.as<void>());
+  std::vector<uint8_t> got_k(cache), got_v(cache);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  gpu_->CopyToHost(got_k.data(), k8.as<void>(), cache);
+  gpu_->CopyToHost(got_v.data(), v8.as<void>(), cache);
+  const uint8_t want_specials[] = {0x38, 0x3a, 0x02, 0x00, 0x7e, 0xfe, 0x7e, 0xfe, 0x7e};
+  for (size_t j = 0; j < std::size(specials); ++j) {
+    EXPECT_EQ(got_k[kv_width * 4 + 1 + j], want_specials[j]) << specials[j];
+  }
+  std::vector<bool> written(rows, false);
+  for (int32_t t = 0; t < rows; ++t) {
+    if (slots[t] < 0) continue;
+    written[slots[t]] = true;
+    for (int32_t j = 0; j < kv_width; ++j) {
+      ASSERT_EQ(got_k[slots[t] * kv_width + j], FloatToE4m3(kv[t * stride + j])) << t << " " << j;
+      ASSERT_EQ(got_v[slots[t] * kv_width + j], FloatToE4m3(kv[t * stride + kv_width + j])) << t;
+    }
+  }
+  for (int32_t r = 0; r < rows; ++r) {
+    if (written[r]) continue;
+    for (int32_t j = 0; j < kv_width; ++j) EXPECT_EQ(got_k[r * kv_width + j], 0x5a);
+  }
+}
+
 struct AttentionCase {
   std::string name;
   int32_t block_size, num_heads, num_kv_heads, head_dim;
@@ -327,19 +375,21 @@ void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name; }
 class CudaAttentionTest : public CudaKernelTest,
                           public ::testing::WithParamInterface<AttentionCase> {
  protected:
-  // The CPU's fp32 cache against the CUDA backend's (bf16_cache: a bf16 cache written by its
-  // WriteKvCache from the same fp32 rows, and the CPU given those rows rounded to bf16).
-  void CheckAgainstTheCpu(bool bf16_cache);
+  // The CPU's fp32 cache against the CUDA backend's cache of `kv` elements (bf16 or fp8: written
+  // by its WriteKvCache from the same fp32 rows, and the CPU given those rows rounded to `kv`).
+  void CheckAgainstTheCpu(DType kv);
 };
 
-TEST_P(CudaAttentionTest, MatchesTheCpu) { CheckAgainstTheCpu(false); }
-TEST_P(CudaAttentionTest, MatchesTheCpuOnABf16Cache) { CheckAgainstTheCpu(true); }
+TEST_P(CudaAttentionTest, MatchesTheCpu) { CheckAgainstTheCpu(DType::kFloat32); }
+TEST_P(CudaAttentionTest, MatchesTheCpuOnABf16Cache) { CheckAgainstTheCpu(DType::kBFloat16); }
+TEST_P(CudaAttentionTest, MatchesTheCpuOnAnFp8Cache) { CheckAgainstTheCpu(DType::kFp8E4m3); }
 
-void CudaAttentionTest::CheckAgainstTheCpu(bool bf16_cache) {
-  if (bf16_cache) {
-    gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, DType::kBFloat16);
+void CudaAttentionTest::CheckAgainstTheCpu(DType kv) {
+  const bool narrow_cache = kv != DType::kFloat32;
+  if (narrow_cache) {
+    gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, kv);
     ASSERT_NE(gpu_, nullptr);
-    ASSERT_EQ(gpu_->kv_cache_dtype(), DType::kBFloat16);
+    ASSERT_EQ(gpu_->kv_cache_dtype(), kv);
   }
   const AttentionCase& c = GetParam();
   std::mt19937 rng(6);
@@ -371,18 +421,21 @@ void CudaAttentionTest::CheckAgainstTheCpu(bool bf16_cache) {
   }
   const size_t cache = static_cast<size_t>(total_blocks) * bs * kv_width;
   const std::vector<float> kh = Random(rng, cache), vh = Random(rng, cache);
-  Twin kc = Put(bf16_cache ? RoundToBf16(kh) : kh), vc = Put(bf16_cache ? RoundToBf16(vh) : vh);
-  DeviceBuffer k16, v16;  // the bf16 cache, every slot written by WriteKvCache
-  if (bf16_cache) {
+  auto round = [kv](const std::vector<float>& x) {
+    return kv == DType::kBFloat16 ? RoundToBf16(x) : kv == DType::kFp8E4m3 ? RoundToFp8(x) : x;
+  };
+  Twin kc = Put(round(kh)), vc = Put(round(vh));
+  DeviceBuffer k16, v16;  // the bf16 or fp8 cache, every slot written by WriteKvCache
+  if (narrow_cache) {
     const int32_t rows = total_blocks * bs;
     std::vector<int64_t> slots(rows);
     std::iota(slots.begin(), slots.end(), 0);
     Twin d_slots = Put(slots);
-    k16 = DeviceBuffer(gpu_.get(), cache * 2);
-    v16 = DeviceBuffer(gpu_.get(), cache * 2);
+    k16 = DeviceBuffer(gpu_.get(), cache * DTypeBytes(kv));
+    v16 = DeviceBuffer(gpu_.get(), cache * DTypeBytes(kv));
     gpu_->WriteKvCache(kc.g<float>(), vc.g<float>(), kv_width, d_slots.g<int64_t>(), rows, kv_width,
                        k16.as<void>(), v16.as<void>());
-    // kc.g holds the rounded rows; writing them to bf16 is exact, as from the unrounded ones.
+    // kc.g holds the rounded rows; writing them to the cache is exact, as from the unrounded ones.
     ASSERT_TRUE(gpu_->Synchronize().ok());
   }
   Twin q = Put(Random(rng, static_cast<size_t>(num_tokens) * q_stride, -2.0f, 2.0f));
@@ -398,8 +451,8 @@ void CudaAttentionTest::CheckAgainstTheCpu(bool bf16_cache) {
     meta.block_tables = on_cpu ? d_tables.c<int32_t>() : d_tables.g<int32_t>();
     meta.max_blocks_per_seq = max_blocks;
     meta.block_size = bs;
-    const void* k = on_cpu ? kc.c<void>() : bf16_cache ? k16.as<void>() : kc.g<void>();
-    const void* v = on_cpu ? vc.c<void>() : bf16_cache ? v16.as<void>() : vc.g<void>();
+    const void* k = on_cpu ? kc.c<void>() : narrow_cache ? k16.as<void>() : kc.g<void>();
+    const void* v = on_cpu ? vc.c<void>() : narrow_cache ? v16.as<void>() : vc.g<void>();
     b->PagedAttention(on_cpu ? q.c<float>() : q.g<float>(), q_stride, k, v, meta, c.num_heads,
                       c.num_kv_heads, hd, on_cpu ? out.c<float>() : out.g<float>());
   }

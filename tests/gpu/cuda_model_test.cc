@@ -5,6 +5,7 @@
 // are bitwise the same alone, batched, chunked and replayed. Skips without a CUDA device.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -156,23 +157,21 @@ TEST_F(CudaModelTest, Fp32GoldenHoldsForBlockSizesAndChunks) {
   }
 }
 
-// bf16 weights (and bf16-rounded GEMM inputs) against the fp32 CPU, over the prompt + the golden
-// continuation fed as one prefill: every logit within 0.25 + 5% of the CPU's (a stated bound, not
-// yet measured on a GPU), and the argmax equal at >= 90% of the positions.
-TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
-  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
-  // The product's CUDA defaults: bf16 weights and a bf16 KV cache.
-  auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16, false, DType::kBFloat16), 16, 64);
-  ASSERT_NE(gpu, nullptr);
+// The CUDA backend with `weights` and a `kv` cache against the fp32 CPU, one token at a time over
+// the growing cache (logits at every position of the prompt + the golden continuation): every
+// logit within atol + rtol * |want| of the CPU's, and the argmax equal at >= 90% of the positions.
+// Returns the largest difference seen (to print beside the bound).
+float CompareWithTheCpu(ModelRunner& cpu, ModelRunner& gpu, const std::vector<GoldenCase>& cases,
+                        float atol, float rtol) {
   int32_t positions = 0, argmax_equal = 0;
-  for (const GoldenCase& c : *cases_) {
+  float worst = 0.0f;
+  for (const GoldenCase& c : cases) {
     std::vector<int32_t> tokens = c.prompt_ids;
     tokens.insert(tokens.end(), c.output_ids.begin(), c.output_ids.end());
     tokens.resize(std::min<size_t>(tokens.size(), kOnHostLayer ? 40 : 200));
     std::vector<float> ref, got;
-    for (ModelRunner* r : {cpu.get(), gpu.get()}) {
-      // One token at a time over the growing cache: logits at every position.
-      std::vector<float>& out = r == cpu.get() ? ref : got;
+    for (ModelRunner* r : {&cpu, &gpu}) {
+      std::vector<float>& out = r == &cpu ? ref : got;
       std::vector<int32_t> blocks(16);
       for (int32_t b = 0; b < 16; ++b) blocks[b] = b;
       for (size_t p = 0; p < tokens.size(); ++p) {
@@ -181,18 +180,45 @@ TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
         const int32_t pos = static_cast<int32_t>(p);
         batch.AddSequence({tokens[p]}, {pos}, {pos}, pos + 1, blocks, true);
         auto o = r->ComputeLogits(batch);
-        ASSERT_TRUE(o.ok()) << o.status().ToString();
+        EXPECT_TRUE(o.ok()) << o.status().ToString();
+        if (!o.ok()) return INFINITY;
         out.insert(out.end(), o->logits.begin(), o->logits.end());
       }
     }
-    const int32_t vocab = cpu->vocab_size();
-    EXPECT_TRUE(Close(got, ref, 0.25, 0.05));
+    const int32_t vocab = cpu.vocab_size();
+    EXPECT_TRUE(Close(got, ref, atol, rtol));
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - ref[i]));
     for (size_t p = 0; p < tokens.size(); ++p) {
       ++positions;
       argmax_equal += ArgMax(&got[p * vocab], vocab) == ArgMax(&ref[p * vocab], vocab);
     }
   }
   EXPECT_GE(argmax_equal * 10, positions * 9) << argmax_equal << " of " << positions;
+  std::printf("argmax equal at %d of %d positions\n", argmax_equal, positions);
+  return worst;
+}
+
+// bf16 weights (and bf16-rounded GEMM inputs) and a bf16 cache, the product's CUDA defaults:
+// every logit within 0.25 + 5% of the CPU's (a stated bound, not yet measured on a GPU).
+TEST_F(CudaModelTest, Bf16LogitsStayWithinTheStatedTolerance) {
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
+  auto gpu = MakeRunner(MakeCudaBackend(DType::kBFloat16, false, DType::kBFloat16), 16, 64);
+  ASSERT_NE(gpu, nullptr);
+  const float worst = CompareWithTheCpu(*cpu, *gpu, *cases_, 0.25f, 0.05f);
+  std::printf("bf16 weights and cache: largest logit difference %.4f\n", worst);
+}
+
+// fp32 weights and an fp8 e4m3 cache at scale 1.0 (3 mantissa bits: each K and V element within
+// 1/16 of itself, less below 2^-6 where e4m3 is subnormal): every logit within 2.5 + 10% of the
+// CPU's fp32. The bound is measured, not derived: 2.02 at worst on the host layer (2026-12-05),
+// whose kernels convert with the same software e4m3 as on a GPU.
+TEST_F(CudaModelTest, Fp8CacheLogitsStayWithinTheStatedTolerance) {
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
+  auto gpu = MakeRunner(MakeCudaBackend(DType::kFloat32, false, DType::kFp8E4m3), 16, 64);
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_EQ(gpu->backend().KvCacheElementBytes(), 1u);
+  const float worst = CompareWithTheCpu(*cpu, *gpu, *cases_, 2.5f, 0.10f);
+  std::printf("fp32 weights, fp8 cache: largest logit difference %.4f\n", worst);
 }
 
 struct InvariantCase {

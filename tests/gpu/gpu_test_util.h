@@ -1,5 +1,5 @@
 // Helpers for the gpu tests (ctest label gpu): a CUDA backend or a clean skip that says why, random
-// inputs, and host-side bf16 rounding for references.
+// inputs, and host-side bf16 and fp8 rounding for references.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/device.h"
+#include "kernels/fp8.h"
 
 namespace tinyserve {
 
@@ -73,6 +74,13 @@ inline float RoundToBf16(float x) {
 
 inline std::vector<float> RoundToBf16(std::vector<float> v) {
   for (float& x : v) x = RoundToBf16(x);
+  return v;
+}
+
+// Each x rounded to fp8 e4m3 (kernels/fp8.h, checked exhaustively in tests/kernels/fp8_test.cc),
+// back in a float.
+inline std::vector<float> RoundToFp8(std::vector<float> v) {
+  for (float& x : v) x = E4m3ToFloat(FloatToE4m3(x));
   return v;
 }
 

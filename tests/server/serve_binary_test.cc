@@ -335,12 +335,15 @@ TEST_F(ServeProcessTest, OverlapGrammarMasksTakesAutoOnOrOff) {
 
 // --kv-cache-dtype (vLLM's flag) on the CPU: auto serves an fp32 cache and bfloat16 a bf16 one,
 // each reported in vllm:cache_config_info as the dtype held (not the flag's "auto"), and a
-// completion works on both; fp8 (not implemented yet) and an unknown value stop before listening,
-// saying why.
+// completion works on both; fp8 (CUDA only), fp8_e5m2 (not implemented) and an unknown value stop
+// before listening, saying why.
 TEST_F(ServeProcessTest, KvCacheDtypeIsReportedAndRefusedWhereItCannotBeHad) {
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {"fp8", "--kv-cache-dtype fp8 is not implemented yet"},
-      {"int3", "--kv-cache-dtype must be auto, bfloat16 or float32, got 'int3'"}};
+      {"fp8",
+       "--kv-cache-dtype fp8 needs --device cuda; the CPU backend's cache is float32 or "
+       "bfloat16"},
+      {"fp8_e5m2", "--kv-cache-dtype fp8_e5m2 is not implemented; fp8 (fp8_e4m3) is"},
+      {"int3", "--kv-cache-dtype must be auto, bfloat16, float32, fp8 or fp8_e4m3, got 'int3'"}};
   for (const auto& [value, message] : refused) {
     Start({"--device", "cpu", "--kv-cache-dtype", value}, "kv_dtype_" + value, /*listen=*/false);
     if (HasFatalFailure() || IsSkipped()) return;

@@ -57,6 +57,9 @@ struct uint3 {
   unsigned x, y, z;
 };
 // A 16-byte vector, as CUDA's (one 16-byte load or store of device memory).
+struct alignas(8) uint2 {
+  unsigned int x, y;
+};
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
