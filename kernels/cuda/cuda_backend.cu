@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -127,11 +128,11 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     ClearGraphs();
     for (void* p : retired_) cudaFree(p);
-    for (void* p : {d_sample_rows_, d_ids_, d_bias_, d_bitmask_, d_sample_scratch_, d_results_,
-                    d_top_, d_penalty_tokens_, static_cast<void*>(d_in_prompt_),
-                    static_cast<void*>(d_output_counts_)}) {
+    for (void* p : {d_upload_, d_sample_scratch_, d_results_, d_top_, d_penalty_tokens_,
+                    static_cast<void*>(d_in_prompt_), static_cast<void*>(d_output_counts_)}) {
       if (p != nullptr) cudaFree(p);
     }
+    if (h_upload_ != nullptr) cudaFreeHost(h_upload_);
     if (attn_scratch_ != nullptr) cudaFree(attn_scratch_);
     if (attn_counters_ != nullptr) cudaFree(attn_counters_);
     if (bf16_scratch_ != nullptr) cudaFree(bf16_scratch_);
@@ -280,18 +281,17 @@ class CudaBackend final : public Backend {
          reserve(&dequant_scratch_, &dequant_scratch_bytes_, dequant_bytes);
     const size_t top = static_cast<size_t>(std::min(l.max_top_logprobs, l.vocab));
     const size_t words = (vocab + 31) / 32;
-    ok = ok &&
-         reserve(&d_sample_rows_, &d_sample_rows_bytes_, sizeof(cuda::DeviceSampleRow) * seqs) &&
+    // SampleRows' one upload (UploadArgs): its rows, a few listed ids a row with their biases
+    // (logit_bias, stop ids masked by min_tokens, allowed ids; longer lists grow the buffers) and
+    // every row's token mask; ScoreRows' targets and counts are fewer bytes.
+    const size_t upload = Align16(sizeof(cuda::DeviceSampleRow) * seqs) +
+                          2 * Align16(4 * kReservedIdsPerRow * seqs) +
+                          Align16(4 * (seqs * words + seqs));
+    ok = ok && reserve(&d_upload_, &d_upload_bytes_, upload) && HostUpload(upload) &&
          reserve(&d_results_, &d_results_bytes_, sizeof(cuda::SampleResult) * seqs) &&
          reserve(&d_top_, &d_top_bytes_, sizeof(cuda::TopLogprob) * seqs * top) &&
          reserve(&d_sample_scratch_, &d_sample_scratch_bytes_, sizeof(float) * seqs * vocab) &&
-         reserve(&d_bitmask_, &d_bitmask_bytes_, 4 * (seqs * words + seqs)) &&
-         // ScoreRows' targets and counts; a few listed ids a row (logit_bias, stop ids masked by
-         // min_tokens, allowed ids; longer lists grow the buffers)
-         reserve(&d_ids_, &d_ids_bytes_, 4 * kReservedIdsPerRow * seqs) &&
-         reserve(&d_bias_, &d_bias_bytes_, 4 * kReservedIdsPerRow * seqs) &&
          // AddPenaltyOutputs' slots and tokens
-
          reserve(&d_penalty_tokens_, &d_penalty_tokens_bytes_, 8 * seqs);
     if (ok && penalty_vocab_ != l.vocab) {
       FreePenaltyTables();
@@ -598,30 +598,26 @@ class CudaBackend final : public Backend {
       if (sp.num_logprobs >= 0) top_stride = std::max(top_stride, std::min(sp.num_logprobs, vocab));
     }
     h_bias_.resize(h_ids_.size(), 0.0f);
+    // The masked rows' words, then the per-row index.
+    for (int32_t r : h_bitmask_row_) h_bitmask_.push_back(static_cast<uint32_t>(r));
+    void* dev[4];
+    if (!UploadArgs({{h_rows_.data(), sizeof(cuda::DeviceSampleRow) * n},
+                     {h_ids_.data(), 4 * h_ids_.size()},
+                     {h_bias_.data(), 4 * h_bias_.size()},
+                     {h_bitmask_.data(), 4 * h_bitmask_.size()}},
+                    dev)) {
+      return TakeError();
+    }
     cuda::SampleArgs a;
     a.logits = logits;
     a.vocab = vocab;
-    auto* d_rows = static_cast<cuda::DeviceSampleRow*>(
-        Scratch(&d_sample_rows_, &d_sample_rows_bytes_, sizeof(cuda::DeviceSampleRow) * n));
-    if (d_rows == nullptr) return TakeError();
-    CopyToDevice(d_rows, h_rows_.data(), sizeof(cuda::DeviceSampleRow) * n);
-    a.rows = d_rows;
+    a.rows = static_cast<const cuda::DeviceSampleRow*>(dev[0]);
     if (!h_ids_.empty()) {
-      auto* d_ids = static_cast<int32_t*>(Scratch(&d_ids_, &d_ids_bytes_, 4 * h_ids_.size()));
-      auto* d_bias = static_cast<float*>(Scratch(&d_bias_, &d_bias_bytes_, 4 * h_bias_.size()));
-      if (d_ids == nullptr || d_bias == nullptr) return TakeError();
-      CopyToDevice(d_ids, h_ids_.data(), 4 * h_ids_.size());
-      CopyToDevice(d_bias, h_bias_.data(), 4 * h_bias_.size());
-      a.ids = d_ids;
-      a.bias = d_bias;
+      a.ids = static_cast<const int32_t*>(dev[1]);
+      a.bias = static_cast<const float*>(dev[2]);
     }
     if (!h_bitmask_.empty()) {
-      auto* d_mask = static_cast<uint32_t*>(
-          Scratch(&d_bitmask_, &d_bitmask_bytes_, 4 * (h_bitmask_.size() + h_bitmask_row_.size())));
-      if (d_mask == nullptr) return TakeError();
-      // One upload: the masked rows' words, then the per-row index.
-      for (int32_t r : h_bitmask_row_) h_bitmask_.push_back(static_cast<uint32_t>(r));
-      CopyToDevice(d_mask, h_bitmask_.data(), 4 * h_bitmask_.size());
+      const auto* d_mask = static_cast<const uint32_t*>(dev[3]);
       a.bitmask = d_mask;
       a.bitmask_row = reinterpret_cast<const int32_t*>(d_mask + h_bitmask_.size() - n);
       a.bitmask_words = words;
@@ -654,12 +650,13 @@ class CudaBackend final : public Backend {
     a.logits = logits;
     a.vocab = vocab;
     a.top_stride = top_stride;
-    int32_t* d_args = static_cast<int32_t*>(Scratch(&d_ids_, &d_ids_bytes_, 8 * size_t(n)));
-    if (d_args == nullptr || !Results(n, top_stride, &a.results, &a.top)) return TakeError();
-    CopyToDevice(d_args, targets, 4 * size_t(n));
-    CopyToDevice(d_args + n, num_top, 4 * size_t(n));
-    a.targets = d_args;
-    a.num_top = d_args + n;
+    void* dev[2];
+    if (!UploadArgs({{targets, 4 * size_t(n)}, {num_top, 4 * size_t(n)}}, dev) ||
+        !Results(n, top_stride, &a.results, &a.top)) {
+      return TakeError();
+    }
+    a.targets = static_cast<const int32_t*>(dev[0]);
+    a.num_top = static_cast<const int32_t*>(dev[1]);
     Check(cuda::LaunchScore(a, n, stream_), "Score");
     return FetchResults(n, top_stride, out, [](int32_t) { return 0; });
   }
@@ -712,8 +709,10 @@ class CudaBackend final : public Backend {
     int32_t* d =
         static_cast<int32_t*>(Scratch(&d_penalty_tokens_, &d_penalty_tokens_bytes_, 8 * size_t(n)));
     if (d == nullptr) return;
-    CopyToDevice(d, slots, 4 * size_t(n));
-    CopyToDevice(d + n, tokens, 4 * size_t(n));
+    // One copy from pageable memory (staged before the call returns: the vector may be reused).
+    h_penalty_args_.assign(slots, slots + n);
+    h_penalty_args_.insert(h_penalty_args_.end(), tokens, tokens + n);
+    CopyToDevice(d, h_penalty_args_.data(), 8 * size_t(n));
     Check(cuda::LaunchPenaltyAdd(d_output_counts_, penalty_vocab_, d, d + n, n, stream_),
           "PenaltyAdd");
   }
@@ -992,6 +991,59 @@ class CudaBackend final : public Backend {
     return p;
   }
 
+  static size_t Align16(size_t bytes) { return (bytes + 15) & ~size_t{15}; }
+
+  // The pinned host half of UploadArgs, at least `bytes` (false, with the error set, if it
+  // cannot be had).
+  bool HostUpload(size_t bytes) {
+    if (bytes <= h_upload_bytes_) return true;
+    const size_t want = std::max(bytes, h_upload_bytes_ * 2);
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      SetError(ResourceExhausted(CudaError("sampler upload cudaHostAlloc", err)));
+      return false;
+    }
+    if (h_upload_ != nullptr) {
+      cudaStreamSynchronize(stream_);  // no queued copy may still read it
+      cudaFreeHost(h_upload_);
+    }
+    h_upload_ = p;
+    h_upload_bytes_ = want;
+    return true;
+  }
+
+  // A sampling or scoring call's arguments in one host-to-device copy: each part (host address,
+  // bytes) packed at a 16-byte offset into the pinned upload buffer, which goes up to the device's;
+  // dev[i] is part i's device address (null for an empty part). False, with the error set, if
+  // memory cannot be had. A copy from pinned memory runs later on the stream, so the buffer is not
+  // rewritten before the last one has run (FetchResults synchronizes; an early return does not).
+  struct UploadPart {
+    const void* host;
+    size_t bytes;
+  };
+  bool UploadArgs(std::initializer_list<UploadPart> parts, void** dev) {
+    size_t total = 0;
+    for (const UploadPart& p : parts) total += Align16(p.bytes);
+    if (upload_pending_) {
+      cudaStreamSynchronize(stream_);
+      upload_pending_ = false;
+    }
+    if (!HostUpload(total)) return false;
+    auto* base = static_cast<char*>(Scratch(&d_upload_, &d_upload_bytes_, total));
+    if (base == nullptr) return false;
+    size_t off = 0, i = 0;
+    for (const UploadPart& p : parts) {
+      if (p.bytes > 0) std::memcpy(static_cast<char*>(h_upload_) + off, p.host, p.bytes);
+      dev[i++] = p.bytes > 0 ? base + off : nullptr;
+      off += Align16(p.bytes);
+    }
+    CopyToDevice(base, h_upload_, total);
+    upload_pending_ = true;
+    return true;
+  }
+
   // The device results of a sampling or scoring call for n rows with top_stride top entries.
   bool Results(int32_t n, int32_t top_stride, cuda::SampleResult** results,
                cuda::TopLogprob** top) {
@@ -1014,6 +1066,7 @@ class CudaBackend final : public Backend {
     CopyToHost(h_results_.data(), d_results_, sizeof(cuda::SampleResult) * n);
     if (top_stride > 0) CopyToHost(h_top_.data(), d_top_, sizeof(cuda::TopLogprob) * h_top_.size());
     TS_RETURN_IF_ERROR(Synchronize());
+    upload_pending_ = false;
     for (int32_t i = 0; i < n; ++i) {
       const cuda::SampleResult& r = h_results_[i];
       out[i].token_id = r.token;
@@ -1106,14 +1159,12 @@ class CudaBackend final : public Backend {
   void* dequant_scratch_ = nullptr;
   size_t dequant_scratch_bytes_ = 0;
   // Sampling: device buffers (grown by Scratch) and their host mirrors.
-  void* d_sample_rows_ = nullptr;
-  size_t d_sample_rows_bytes_ = 0;
-  void* d_ids_ = nullptr;
-  size_t d_ids_bytes_ = 0;
-  void* d_bitmask_ = nullptr;  // structured-output masks of a SampleRows call
-  size_t d_bitmask_bytes_ = 0;
-  void* d_bias_ = nullptr;
-  size_t d_bias_bytes_ = 0;
+  void* d_upload_ = nullptr;  // UploadArgs: a sampling or scoring call's arguments
+  size_t d_upload_bytes_ = 0;
+  void* h_upload_ = nullptr;  // its pinned host half
+  size_t h_upload_bytes_ = 0;
+  bool upload_pending_ = false;          // a copy from h_upload_ may not have run yet
+  std::vector<int32_t> h_penalty_args_;  // AddPenaltyOutputs' slots, then tokens
   void* d_sample_scratch_ = nullptr;
   size_t d_sample_scratch_bytes_ = 0;
   void* d_results_ = nullptr;

@@ -237,13 +237,34 @@ class BackendSamplerTest : public ::testing::TestWithParam<Device> {
     return rows;
   }
 
+  // Also checks, where the host execution layer counts copies, that the call's arguments (rows,
+  // id lists, biases, token masks) went up to the CUDA backend in one copy.
   std::vector<TokenLogprobs> Sample(const float* d_logits, int32_t vocab,
                                     const std::vector<SampleRow>& rows) {
     std::vector<TokenLogprobs> out(rows.size());
-    const Status s = backend_->SampleRows(d_logits, vocab, rows.data(),
-                                          static_cast<int32_t>(rows.size()), out.data());
+    Status s = Status::Ok();
+    EXPECT_EQ(CopiesDuring([&] {
+                s = backend_->SampleRows(d_logits, vocab, rows.data(),
+                                         static_cast<int32_t>(rows.size()), out.data());
+              }),
+              1);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return out;
+  }
+
+  // The host-to-device copies the CUDA backend makes while f() runs, counted by the host execution
+  // layer; 1 where nothing counts them (the CPU backends, a real GPU).
+  template <typename F>
+  int64_t CopiesDuring(F f) {
+#ifdef TINYSERVE_GPU_HOST
+    if (GetParam() == Device::kCuda) {
+      const int64_t before = gpu_host::CopiesToDevice().copies;
+      f();
+      return gpu_host::CopiesToDevice().copies - before;
+    }
+#endif
+    f();
+    return 1;
   }
 
   std::unique_ptr<Backend> backend_;
@@ -484,7 +505,8 @@ TEST_P(BackendSamplerTest, PenaltyHistoryFollowsAcceptedTokensAndSurvivesARebuil
         accepted.push_back(got[r].token_id);
       }
       tokens0.push_back(got[0].token_id);
-      backend_->AddPenaltyOutputs(slots.data(), accepted.data(), n);
+      EXPECT_EQ(
+          CopiesDuring([&] { backend_->AddPenaltyOutputs(slots.data(), accepted.data(), n); }), 1);
     }
     ASSERT_TRUE(backend_->Synchronize().ok());
     // Greedy with a frequency penalty of 100 on fixed logits: without the accepted tokens in the
@@ -509,9 +531,13 @@ TEST_P(BackendSamplerTest, ScoresPromptTokens) {
       }
       DeviceBuffer d = Upload(logits);
       std::vector<TokenLogprobs> got(n);
-      ASSERT_TRUE(
-          backend_->ScoreRows(d.as<float>(), v, targets.data(), num_top.data(), n, got.data())
-              .ok());
+      Status s = Status::Ok();
+      EXPECT_EQ(CopiesDuring([&] {
+                  s = backend_->ScoreRows(d.as<float>(), v, targets.data(), num_top.data(), n,
+                                          got.data());
+                }),
+                1);
+      ASSERT_TRUE(s.ok()) << s.ToString();
       CpuSampler cpu(v);
       for (int32_t r = 0; r < n; ++r) {
         SCOPED_TRACE("row " + std::to_string(r));
