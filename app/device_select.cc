@@ -63,7 +63,14 @@ StatusOr<std::unique_ptr<Backend>> SelectBackend(const std::string& device, int 
     }
     return b;
   }();
-  if (cuda.ok()) return cuda;
+  if (cuda.ok()) {
+    if (fp8) {
+      std::fprintf(stderr,
+                   "tinyserve: KV cache fp8_e4m3 at scale 1.0 (no calibrated k/v scales are read): "
+                   "values past +-448 saturate and below 2^-6 lose precision; logits may move\n");
+    }
+    return cuda;
+  }
   if (device == "cuda") return Unavailable("--device cuda: " + cuda.status().message());
   if (fp8) {
     return Unavailable("--kv-cache-dtype " + kv_cache_dtype + " needs a CUDA device (" +
