@@ -4,16 +4,17 @@
 //
 // 1. Device copy bandwidth (cudaMemcpy device to device, 1 GiB; bytes read + written per second)
 //    and the bf16 GEMM rate (cuBLAS, 8192^3, fp32 accumulate and output).
-// 2. Decode paged attention, bf16 and fp32 KV caches, at batch x context 1 x 4k, 1 x 32k, 16 x 4k,
+// 2. Decode paged attention, bf16, fp32 and fp8 e4m3 KV caches, at batch x context 1 x 4k, 1 x 32k,
+// 16 x 4k,
 //    64 x 1k and 64 x 4k, 32 or 64 query heads on 8 KV heads (GQA 4:1 and 8:1), head_dim 64 and
 //    128: K+V bytes read per second, and that as % of the copy bandwidth.
 // 3. One decode step of a Llama-3.2-1B-shaped model with random bf16 weights (hidden 2048, 16
 //    layers, 32/8 heads, intermediate 8192, vocab 128256) at batch 1, 8 and 64 with 1024-token
-//    contexts, eager and with CUDA graphs, bf16 and fp32 KV caches, against the floor (weight + KV
-//    bytes / copy bandwidth).
-//    Each sequence is a registered greedy request and the executor samples it on the device
-//    (ModelRunner::Execute, as under the engine). Modes: cuBLAS eager and with graphs (bf16 KV),
-//    cuBLAS graphs with fp32 KV, and the batch-invariant GEMM (--batch-invariant) with graphs.
+//    contexts, eager and with CUDA graphs, bf16, fp32 and fp8 KV caches, against the floor (weight
+//    + KV bytes / copy bandwidth). Each sequence is a registered greedy request and the executor
+//    samples it on the device (ModelRunner::Execute, as under the engine). Modes: cuBLAS eager and
+//    with graphs (bf16 KV), cuBLAS graphs with fp32 and with fp8 KV, and the batch-invariant GEMM
+//    (--batch-invariant) with graphs.
 // 4. Prefill attention over one 4096-token chunk (bf16 KV), as TFLOP/s and % of the bf16 GEMM rate;
 //    offline throughput of 1000 requests x (512 in, 128 out) through EngineCore, against a floor
 //    (prompt GEMM flops at the GEMM rate + one weight stream per decode wave + the KV reads).
@@ -40,6 +41,7 @@
 #include "engine/engine_core.h"
 #include "kernels/backend.h"
 #include "kernels/device.h"
+#include "kernels/fp8.h"
 #include "models/model_runner.h"
 
 namespace tinyserve {
@@ -119,6 +121,22 @@ DeviceBuffer RandomBf16Buffer(Backend& be, size_t count, uint32_t seed) {
   return d;
 }
 
+// `count` KV-cache elements of `be`'s cache dtype, uniform in [-1, 1] (rounded to bf16 or fp8).
+DeviceBuffer RandomKvBuffer(Backend& be, size_t count, uint32_t seed) {
+  if (be.kv_cache_dtype() == DType::kBFloat16) return RandomBf16Buffer(be, count, seed);
+  if (be.kv_cache_dtype() == DType::kFloat32) return RandomBuffer(be, count, 1.0f, seed);
+  DeviceBuffer d(&be, count);
+  if (!d.ok()) return d;
+  std::vector<uint8_t> tile(std::min<size_t>(count, 1 << 20));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (uint8_t& x : tile) x = FloatToE4m3(u(rng));
+  for (size_t off = 0; off < count; off += tile.size()) {
+    be.CopyToDevice(d.as<uint8_t>() + off, tile.data(), std::min(tile.size(), count - off));
+  }
+  return d;
+}
+
 // Mean seconds of one PagedAttention call on `be` (`iters` calls after one) over random q and a
 // random cache in `be`'s KV cache dtype: sequences of `blocks_per_seq` blocks of 16 (a shuffled
 // table when `shuffle`), query tokens grouped by `query_start`, token t at positions[t]. 0 on a
@@ -131,9 +149,7 @@ double AttentionSeconds(Backend& be, const std::vector<int32_t>& positions,
   const int32_t num_seqs = static_cast<int32_t>(query_start.size()) - 1;
   const int32_t num_blocks = num_seqs * blocks_per_seq;
   const size_t elems = static_cast<size_t>(num_blocks) * bs * kv_heads * head_dim;
-  const bool bf16 = be.kv_cache_dtype() == DType::kBFloat16;
-  DeviceBuffer kc = bf16 ? RandomBf16Buffer(be, elems, 1) : RandomBuffer(be, elems, 1.0f, 1);
-  DeviceBuffer vc = bf16 ? RandomBf16Buffer(be, elems, 2) : RandomBuffer(be, elems, 1.0f, 2);
+  DeviceBuffer kc = RandomKvBuffer(be, elems, 1), vc = RandomKvBuffer(be, elems, 2);
   DeviceBuffer q = RandomBuffer(be, static_cast<size_t>(tokens) * heads * head_dim, 1.0f, 3);
   DeviceBuffer out(&be, static_cast<size_t>(tokens) * heads * head_dim * 4);
   std::vector<int32_t> tables(num_blocks);
@@ -375,7 +391,7 @@ int Main(int argc, char** argv) {
   std::printf("%-44s %9.0f GB/s\n", "device copy bandwidth (read+write)", bw / 1e9);
   std::printf("%-44s %9.1f TFLOP/s\n", "bf16 GEMM 8192^3 (fp32 accumulate)", gemm / 1e12);
 
-  for (DType kv : {DType::kBFloat16, DType::kFloat32}) {
+  for (DType kv : {DType::kBFloat16, DType::kFloat32, DType::kFp8E4m3}) {
     CudaBackendOptions o;
     o.weight_dtype = DType::kFloat32;
     o.kv_cache_dtype = kv;
@@ -427,7 +443,8 @@ int Main(int argc, char** argv) {
   };
   for (const StepMode& m :
        {StepMode{true, false, DType::kBFloat16}, StepMode{false, false, DType::kBFloat16},
-        StepMode{false, false, DType::kFloat32}, StepMode{false, true, DType::kBFloat16}}) {
+        StepMode{false, false, DType::kFloat32}, StepMode{false, false, DType::kFp8E4m3},
+        StepMode{false, true, DType::kBFloat16}}) {
     CudaBackendOptions o;
     o.weight_dtype = DType::kBFloat16;
     o.batch_invariant = m.invariant;
