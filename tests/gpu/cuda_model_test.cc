@@ -476,17 +476,18 @@ TEST_F(CudaModelTest, ADecodeStepLayerRunsAtMostNineKernels) {
 }
 
 // Issue 15 on CUDA: with CudaBackendOptions::batch_invariant (and the KV cache in the weights'
-// dtype, as --kv-cache-dtype auto), every logit of every step is the same bits whether a request
-// runs alone (eager, block 16, whole prefill) or with the others, with prefill chunks of 1, 3, 7 or
-// whole, block sizes 1, 8, 16, 32, eager or replayed from CUDA graphs (padded to the graph's batch
-// size, tables as wide as the max model length).
+// dtype, as --kv-cache-dtype auto, or fp8 under fp32 weights), every logit of every step is the
+// same bits whether a request runs alone (eager, block 16, whole prefill) or with the others, with
+// prefill chunks of 1, 3, 7 or whole, block sizes 1, 8, 16, 32, eager or replayed from CUDA graphs
+// (padded to the graph's batch size, tables as wide as the max model length).
 TEST_F(CudaModelTest, BatchInvariantLogitsAreBitwiseTheSameAloneBatchedChunkedAndReplayed) {
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
-    SCOPED_TRACE(DTypeName(dtype));
+  for (const auto& [dtype, kv] :
+       {std::pair{DType::kFloat32, DType::kFloat32}, std::pair{DType::kBFloat16, DType::kBFloat16},
+        std::pair{DType::kFloat32, DType::kFp8E4m3}}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)) + " weights, " + DTypeName(kv) + " cache");
     std::vector<GeneratedSequence> alone;
     {
-      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true, /*kv_dtype=*/dtype),
-                               16, 64, true);
+      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true, kv), 16, 64, true);
       ASSERT_NE(runner, nullptr);
       StaticBatchOptions opts;
       opts.stop_token_ids = {1};
@@ -511,8 +512,8 @@ TEST_F(CudaModelTest, BatchInvariantLogitsAreBitwiseTheSameAloneBatchedChunkedAn
       SCOPED_TRACE("block size " + std::to_string(setup.block_size) + ", chunk " +
                    std::to_string(setup.prefill_chunk) + (setup.eager ? ", eager" : ", graphs"));
       const int32_t bs = setup.block_size;
-      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true, /*kv_dtype=*/dtype),
-                               bs, 3 * ((512 + bs - 1) / bs), setup.eager);
+      auto runner = MakeRunner(MakeCudaBackend(dtype, /*batch_invariant=*/true, kv), bs,
+                               3 * ((512 + bs - 1) / bs), setup.eager);
       ASSERT_NE(runner, nullptr);
       const std::vector<GeneratedSequence> got = RunGolden(*runner, setup.prefill_chunk);
       ASSERT_EQ(got.size(), alone.size());
