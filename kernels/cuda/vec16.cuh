@@ -6,6 +6,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
 
 #include "kernels/fp8.h"
 
@@ -43,9 +47,25 @@ struct KvVector<Fp8E4m3> {
   using Raw = uint2;
   static constexpr int kElems = 8;
 };
+// Two e4m3 values (the lower byte first) widened exactly: from sm_89 on by the hardware's cvt
+// through fp16 (which holds every e4m3 value), else by E4m3ToFloat (kernels/fp8.h). The same
+// values either way; only a NaN's sign may differ (the hardware's NaN is canonical).
+__device__ __forceinline__ void WidenE4m3x2(unsigned pair, float* f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const float2 v = __half22float2(
+      __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));
+  f[0] = v.x;
+  f[1] = v.y;
+#else
+  f[0] = E4m3ToFloat(static_cast<uint8_t>(pair & 0xffu));
+  f[1] = E4m3ToFloat(static_cast<uint8_t>((pair >> 8) & 0xffu));
+#endif
+}
 __device__ __forceinline__ void Widen16(uint2 r, float* f, const Fp8E4m3*) {
-  const unsigned w[2] = {r.x, r.y};
-  for (int i = 0; i < 8; ++i) f[i] = E4m3ToFloat(static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4))));
+  WidenE4m3x2(r.x & 0xffffu, f);
+  WidenE4m3x2(r.x >> 16, f + 2);
+  WidenE4m3x2(r.y & 0xffffu, f + 4);
+  WidenE4m3x2(r.y >> 16, f + 6);
 }
 
 // One 16-byte load of p (16-byte aligned), widened.
