@@ -468,14 +468,17 @@ Status ModelRunner::RunStep(const ScheduledBatch& batch, StepRows* rows) {
   Status staged;
   char* h = Staging(&staged);
   if (h == nullptr) return staged;
-  std::memcpy(h + l.slots, batch.slot_mapping.data(), n * sizeof(int64_t));
-  std::memcpy(h + l.tokens, batch.token_ids.data(), n * sizeof(int32_t));
-  std::memcpy(h + l.positions, batch.positions.data(), n * sizeof(int32_t));
-  std::memcpy(h + l.query_start, batch.query_start.data(), (num_seqs + 1) * sizeof(int32_t));
-  std::memcpy(h + l.sample_rows, sample_rows.data(), num_rows * sizeof(int32_t));
-  std::memcpy(h + l.table_stride, &batch.max_blocks_per_seq, sizeof(int32_t));
-  std::memcpy(h + l.block_tables, batch.block_tables.data(),
-              batch.block_tables.size() * sizeof(int32_t));
+  // A part may be empty (no row sampled): memcpy is never given its null data().
+  auto put = [h](size_t offset, const void* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(h + offset, src, bytes);
+  };
+  put(l.slots, batch.slot_mapping.data(), n * sizeof(int64_t));
+  put(l.tokens, batch.token_ids.data(), n * sizeof(int32_t));
+  put(l.positions, batch.positions.data(), n * sizeof(int32_t));
+  put(l.query_start, batch.query_start.data(), (num_seqs + 1) * sizeof(int32_t));
+  put(l.sample_rows, sample_rows.data(), num_rows * sizeof(int32_t));
+  put(l.table_stride, &batch.max_blocks_per_seq, sizeof(int32_t));
+  put(l.block_tables, batch.block_tables.data(), batch.block_tables.size() * sizeof(int32_t));
   UploadStaged(d_inputs_.as<void>(), l.bytes);
 
   const char* d = d_inputs_.as<char>();
