@@ -225,6 +225,23 @@ __global__ void RopeWriteKvCacheKernel(float* q, float* k, const float* v, int32
   }
 }
 
+namespace {
+// Calls launch(k, v) with the caches cast to their element type (float, __nv_bfloat16, Fp8E4m3).
+template <typename Launch>
+void WithKvCaches(KvElem kv, void* k_cache, void* v_cache, Launch&& launch) {
+  switch (kv) {
+    case KvElem::kBf16:
+      launch(static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+      break;
+    case KvElem::kFp8:
+      launch(static_cast<Fp8E4m3*>(k_cache), static_cast<Fp8E4m3*>(v_cache));
+      break;
+    default:
+      launch(static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+  }
+}
+}  // namespace
+
 cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t stride,
                                    const int32_t* positions, const int64_t* slots, int32_t n,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
@@ -236,16 +253,7 @@ cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t s
     TS_LAUNCH(RopeWriteKvCacheKernel<KV>, n, 128, 0, stream, q, k, v, stride, positions, slots,
               num_heads, num_kv_heads, head_dim, inv_freq, neox, kc, vc);
   };
-  switch (kv) {
-    case KvElem::kBf16:
-      launch(static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
-      break;
-    case KvElem::kFp8:
-      launch(static_cast<Fp8E4m3*>(k_cache), static_cast<Fp8E4m3*>(v_cache));
-      break;
-    default:
-      launch(static_cast<float*>(k_cache), static_cast<float*>(v_cache));
-  }
+  WithKvCaches(kv, k_cache, v_cache, launch);
   return cudaGetLastError();
 }
 
@@ -258,16 +266,7 @@ cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, c
     TS_LAUNCH(WriteKvCacheKernel<KV>, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width, kc,
               vc);
   };
-  switch (kv) {
-    case KvElem::kBf16:
-      launch(static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
-      break;
-    case KvElem::kFp8:
-      launch(static_cast<Fp8E4m3*>(k_cache), static_cast<Fp8E4m3*>(v_cache));
-      break;
-    default:
-      launch(static_cast<float*>(k_cache), static_cast<float*>(v_cache));
-  }
+  WithKvCaches(kv, k_cache, v_cache, launch);
   return cudaGetLastError();
 }
 
