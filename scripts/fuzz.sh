@@ -1,41 +1,36 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan) in build-fuzz/ and runs each for
-# SECONDS (default 60), FUZZ_JOBS at a time (default 2). Exits 1 if any target finds a crash, a
-# sanitizer report, a leak, a timeout or an out-of-memory; its input is left in
-# build-fuzz/findings/<target>-crash-... (replay: build-fuzz/bin/<target>_fuzz FILE).
+# Builds the libFuzzer targets of fuzz/ (clang, ASan + UBSan) in the ASan build folder of
+# scripts/sanitize.sh (build-asan/, configured by scripts/clang-build.sh: after `make sanitize` only
+# the targets themselves are left to build) and runs each for SECONDS (default 60), FUZZ_JOBS at a
+# time (default 2). Exits 1 if any target finds a crash, a sanitizer report, a leak, a timeout or
+# an out-of-memory; its input is left in build-fuzz/findings/<target>-crash-... (replay:
+# build-asan/bin/<target>_fuzz FILE).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     e.g. scripts/fuzz.sh 600 gguf_file chat_request
 #
 # Corpora: build-fuzz/corpus/<target>/ (kept between runs, grows), fuzz/corpus/<target>/ (hand-made
 # seeds in the repository) and build-fuzz/seeds/<target>/ (made here from ../shared test data).
 # A target may have a dictionary fuzz/<target>.dict (or uses fuzz/json.dict if its name ends in
-# _request). Environment: CXX (default clang++), FUZZ_BUILD_DIR, FUZZ_JOBS, TINYSERVE_SHARED_DIR,
-# FUZZ_SEED (libFuzzer's -seed; empty or 0 = a random seed per run; `make test` sets 1).
+# _request). Environment: FUZZ_DIR (corpora, findings, logs; default build-fuzz), ASAN_BUILD_DIR,
+# FUZZ_JOBS, TINYSERVE_SHARED_DIR, FUZZ_SEED (libFuzzer's -seed; empty or 0 = a random seed per
+# run; `make test` sets 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 FUZZ_SECONDS=${1:-60}
 shift || true
-BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
+BUILD=${FUZZ_DIR:-build-fuzz}
 JOBS=${FUZZ_JOBS:-2}
 SEED=${FUZZ_SEED:-0}
 SHARED=${TINYSERVE_SHARED_DIR:-$ROOT/../shared}
-CXX_COMPILER=${CXX:-clang++}
-case "$CXX_COMPILER" in *clang*) ;; *) CXX_COMPILER=clang++ ;; esac
-C_COMPILER=${CXX_COMPILER/clang++/clang}
 
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-flags="-fsanitize=address,undefined -fsanitize=fuzzer-no-link -fno-sanitize-recover=all"
-flags+=" -fno-omit-frame-pointer"
-echo "fuzz: building in $BUILD"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-  -DCMAKE_C_COMPILER="$C_COMPILER" -DCMAKE_CXX_COMPILER="$CXX_COMPILER" "${launcher[@]}" \
-  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DTINYSERVE_FUZZ=ON -DTINYSERVE_TESTS=OFF -DTINYSERVE_BENCH=OFF -DTINYSERVE_CUDA=OFF \
-  -DTINYSERVE_SHARED_DIR="$SHARED" >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log"; exit 1; }
-cmake --build "$BUILD" -j"$(nproc)" --target fuzz_targets
+source "$ROOT/scripts/clang-build.sh"
+echo "fuzz: building in $ASAN_BUILD_DIR"
+asan_configure
+cmake --build "$ASAN_BUILD_DIR" -j"$(nproc)" --target fuzz_targets
+BIN=$ASAN_BUILD_DIR/bin
+mkdir -p "$BUILD"
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
@@ -61,7 +56,7 @@ done
 head -c 4096 "$SHARED/models/stories260K.bin" >"$seeds/llama2c_checkpoint/stories260K-head"
 
 run_one() {
-  local t=$1 bin=$BUILD/bin/${1}_fuzz log=$BUILD/logs/$1.log dict=()
+  local t=$1 bin=$BIN/${1}_fuzz log=$BUILD/logs/$1.log dict=()
   if [ ! -x "$bin" ]; then echo "fuzz: no target $t ($bin)"; return 1; fi
   mkdir -p "$BUILD/corpus/$t" "$BUILD/findings" "$BUILD/logs"
   if [ -f "fuzz/$t.dict" ]; then dict=(-dict="fuzz/$t.dict")
@@ -80,7 +75,7 @@ run_one() {
   fi
 }
 export -f run_one
-export BUILD FUZZ_SECONDS SEED seeds
+export BUILD BIN FUZZ_SECONDS SEED seeds
 
 echo "fuzz: ${#targets[@]} targets, ${FUZZ_SECONDS}s each, $JOBS at a time, seed $SEED (0: random)"
 printf '%s\n' "${targets[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one {}'

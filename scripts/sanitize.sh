@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The sanitizer runs of `make test` (and `make sanitize`), each in its own clang build folder with
-# only what it runs built (no benchmarks, no CUDA):
+# only what it runs built (no benchmarks, no CUDA; scripts/clang-build.sh configures them):
 #   asan  build-asan/: AddressSanitizer (+ LeakSanitizer) + UndefinedBehaviorSanitizer, and
 #         clang's -Wthread-safety as an error (checks the TS_GUARDED_BY annotations, see
-#         base/thread_annotations.h). Runs every ctest case (unit, integration, the fuzz
+#         base/thread_annotations.h); scripts/fuzz.sh builds the fuzz targets in it. Runs every ctest case (unit, integration, the fuzz
 #         regression replays) except openai_npm_client and llamacpp_oracle (node; they check the
 #         HTTP API and the math, not memory)
 #         soak_60s (its RSS-trend rule measures the release binary; ASan's quarantine grows) and
@@ -36,31 +36,22 @@ SHARED=${TINYSERVE_SHARED_DIR:-$ROOT/../shared}
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(asan tsan)
 
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-
-configure() {  # BUILD_DIR FLAGS
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
-    -DCMAKE_CXX_FLAGS="$2 -fno-omit-frame-pointer" -DTINYSERVE_BENCH=OFF -DTINYSERVE_CUDA=OFF \
-    -DTINYSERVE_SHARED_DIR="$SHARED" >"$1.configure.log" 2>&1 || { cat "$1.configure.log"; exit 1; }
-}
+source "$ROOT/scripts/clang-build.sh"
 
 for run in "${runs[@]}"; do
   start=$(date +%s)
   case "$run" in
     asan)
-      configure build-asan "-fsanitize=address,undefined -fno-sanitize-recover=all \
-        -Wthread-safety -Werror=thread-safety"
-      cmake --build build-asan -j"$JOBS" --target test_engine test_kernels test_models \
+      asan_configure
+      cmake --build "$ASAN_BUILD_DIR" -j"$JOBS" --target test_engine test_kernels test_models \
         test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay \
         test_gpu_host
       ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
       UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ctest --test-dir build-asan --output-on-failure -j"$JOBS" -E '^(openai_npm_client|llamacpp_oracle|soak_60s|OpenAiStormTest\..*|HttpAcceptTest\..*With2000Streams|.*_NOT_BUILT)$'
+        ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j"$JOBS" -E '^(openai_npm_client|llamacpp_oracle|soak_60s|OpenAiStormTest\..*|HttpAcceptTest\..*With2000Streams|.*_NOT_BUILT)$'
       ;;
     tsan)
-      configure build-tsan "-fsanitize=thread"
+      clang_configure build-tsan "-fsanitize=thread"
       cmake --build build-tsan -j"$JOBS" --target test_engine test_kernels test_metrics test_server
       TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp" \
       TINYSERVE_STORM_CLIENTS=${TSAN_STORM_CLIENTS:-60} \

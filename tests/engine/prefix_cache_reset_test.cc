@@ -40,8 +40,8 @@ class RecordingSink final : public KvCacheEventSink {
   std::vector<std::vector<KvCacheEvent>> batches;
 };
 
-struct Harness {
-  Harness()
+struct PrefixCacheHarness {
+  PrefixCacheHarness()
       : executor(16, 4, /*vocab=*/32, /*max_model_len=*/256, &clock, 1.0),
         core({}, &executor, &clock) {
     core.AddObserver(&recorder);
@@ -70,7 +70,7 @@ bool IsReady(const std::future<bool>& f) {
 }
 
 TEST(PrefixCacheResetTest, ResetBetweenStepsDropsTheCachedPrompt) {
-  Harness h;
+  PrefixCacheHarness h;
   const std::vector<int32_t> prompt = Prompt(9, 1);  // two full blocks of 4
   EXPECT_EQ(h.Run(MakeEngineRequest("a", prompt, 2)).counts.num_cached_prompt_tokens, 0);
   EXPECT_EQ(h.Run(MakeEngineRequest("b", prompt, 2)).counts.num_cached_prompt_tokens, 8);
@@ -96,9 +96,9 @@ TEST(PrefixCacheResetTest, ResetBetweenStepsDropsTheCachedPrompt) {
 }
 
 TEST(PrefixCacheResetTest, RefusedWhileARequestRuns) {
-  Harness h;
+  PrefixCacheHarness h;
   const RequestOutput alone = h.Run(MakeEngineRequest("solo", Prompt(6, 2), 6));
-  Harness g;
+  PrefixCacheHarness g;
   auto a = g.Submit(MakeEngineRequest("a", Prompt(6, 2), 6));
   g.core.Step();
   g.core.Step();
@@ -119,10 +119,10 @@ TEST(PrefixCacheResetTest, RefusedWhileARequestRuns) {
 }
 
 TEST(PrefixCacheResetTest, ResetRunningRequestsPreemptsThemFirst) {
-  Harness h;
+  PrefixCacheHarness h;
   const RequestOutput alone_a = h.Run(MakeEngineRequest("a", Prompt(6, 3), 6));
   const RequestOutput alone_b = h.Run(MakeEngineRequest("b", Prompt(5, 4), 6));
-  Harness g;
+  PrefixCacheHarness g;
   auto a = g.Submit(MakeEngineRequest("a", Prompt(6, 3), 6));
   auto b = g.Submit(MakeEngineRequest("b", Prompt(5, 4), 6));
   g.core.Step();  // both prefilled: one output each
@@ -165,7 +165,7 @@ TEST(PrefixCacheResetTest, ResetRunningRequestsPreemptsThemFirst) {
 }
 
 TEST(PrefixCacheResetTest, AStoppedEngineAnswersFalse) {
-  Harness h;
+  PrefixCacheHarness h;
   h.core.Stop();
   std::future<bool> reset = h.core.RequestPrefixCacheReset(true);
   ASSERT_TRUE(IsReady(reset));
@@ -173,7 +173,7 @@ TEST(PrefixCacheResetTest, AStoppedEngineAnswersFalse) {
 }
 
 TEST(PrefixCacheResetTest, ARequestPendingAtStopIsAnswered) {
-  Harness h;
+  PrefixCacheHarness h;
   auto a = h.Submit(MakeEngineRequest("a", Prompt(6, 2), 50));
   h.core.Step();
   std::future<bool> reset = h.core.RequestPrefixCacheReset(false);

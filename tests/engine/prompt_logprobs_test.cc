@@ -23,11 +23,12 @@ using testing::MakeEngineRequest;
 using testing::Prompt;
 using testing::RecordingObserver;
 
-constexpr int32_t kVocab = 32;
+constexpr int32_t kLogprobsVocab = 32;
 
-struct Harness {
-  Harness(int32_t num_blocks, int32_t block_size, int32_t budget, bool prefix_caching = true)
-      : executor(num_blocks, block_size, kVocab, /*max_model_len=*/256, &clock, 1.0),
+struct LogprobsHarness {
+  LogprobsHarness(int32_t num_blocks, int32_t block_size, int32_t budget,
+                  bool prefix_caching = true)
+      : executor(num_blocks, block_size, kLogprobsVocab, /*max_model_len=*/256, &clock, 1.0),
         core(Config(budget, prefix_caching), &executor, &clock) {
     core.AddObserver(&recorder);
   }
@@ -70,10 +71,10 @@ EngineRequest Scored(const std::string& id, const std::vector<int32_t>& prompt, 
 void ExpectPromptLogprobs(const std::vector<int32_t>& prompt, int32_t top_n,
                           const std::vector<TokenLogprobs>& got) {
   ASSERT_EQ(got.size(), prompt.size() - 1);
-  std::vector<float> row(kVocab);
+  std::vector<float> row(kLogprobsVocab);
   for (size_t i = 1; i < prompt.size(); ++i) {
     const std::vector<int32_t> context(prompt.begin(), prompt.begin() + static_cast<long>(i));
-    FakeExecutor::Logits(context, kVocab, row.data());
+    FakeExecutor::Logits(context, kLogprobsVocab, row.data());
     const float max = *std::max_element(row.begin(), row.end());
     double sum = 0.0;
     for (float x : row) sum += std::exp(static_cast<double>(x) - max);
@@ -81,8 +82,8 @@ void ExpectPromptLogprobs(const std::vector<int32_t>& prompt, int32_t top_n,
     const TokenLogprobs& t = got[i - 1];
     EXPECT_EQ(t.token_id, prompt[i]) << "position " << i;
     EXPECT_NEAR(t.logprob, row[prompt[i]] - lse, 1e-5) << "position " << i;
-    std::vector<int32_t> order(kVocab);
-    for (int32_t v = 0; v < kVocab; ++v) order[v] = v;
+    std::vector<int32_t> order(kLogprobsVocab);
+    for (int32_t v = 0; v < kLogprobsVocab; ++v) order[v] = v;
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return row[a] > row[b]; });
     ASSERT_EQ(t.top.size(), static_cast<size_t>(top_n)) << "position " << i;
@@ -104,7 +105,7 @@ void ExpectSameLogprobs(const std::vector<TokenLogprobs>& a, const std::vector<T
 }
 
 TEST(PromptLogprobsTest, EveryPositionAfterTheFirstArrivesWithTheFirstToken) {
-  Harness h(16, 4, /*budget=*/64);
+  LogprobsHarness h(16, 4, /*budget=*/64);
   const std::vector<int32_t> prompt = Prompt(10, 1);
   auto s = h.Submit(Scored("a", prompt, 3));
   h.core.Step();  // the whole prompt in one step: its logprobs and the first token
@@ -125,7 +126,7 @@ TEST(PromptLogprobsTest, EveryPositionAfterTheFirstArrivesWithTheFirstToken) {
 }
 
 TEST(PromptLogprobsTest, TopZeroGivesTheTokenAloneAndOtherRequestsAskForNoRows) {
-  Harness h(16, 4, /*budget=*/64);
+  LogprobsHarness h(16, 4, /*budget=*/64);
   const std::vector<int32_t> prompt = Prompt(6, 2);
   auto scored = h.Submit(Scored("scored", prompt, 0));
   auto plain = h.Submit(MakeEngineRequest("plain", Prompt(6, 3), 2));
@@ -137,12 +138,12 @@ TEST(PromptLogprobsTest, TopZeroGivesTheTokenAloneAndOtherRequestsAskForNoRows) 
 
 TEST(PromptLogprobsTest, ChunkedPrefillGivesTheSameValuesChunkByChunk) {
   const std::vector<int32_t> prompt = Prompt(10, 4);
-  Harness whole(16, 4, /*budget=*/64);
+  LogprobsHarness whole(16, 4, /*budget=*/64);
   auto a = whole.Submit(Scored("a", prompt, 5));
   whole.RunUntilIdle();
   const RequestOutput one = Drain(*a);
 
-  Harness chunked(16, 4, /*budget=*/3);
+  LogprobsHarness chunked(16, 4, /*budget=*/3);
   auto b = chunked.Submit(Scored("b", prompt, 5));
   chunked.core.Step();  // positions 0..2: logprobs of tokens 1..3, no token yet
   RequestOutput early;
@@ -163,7 +164,7 @@ TEST(PromptLogprobsTest, ChunkedPrefillGivesTheSameValuesChunkByChunk) {
 TEST(PromptLogprobsTest, PreemptedDuringPrefillDeliversEachPositionOnce) {
   // EngineCoreTest.RequestPreemptedDuringPrefill's schedule: b computes 1 then 7 positions, is
   // preempted, and resumes over its own 2 cached blocks (8 delivered positions) for the rest.
-  Harness h(/*num_blocks=*/6, /*block_size=*/4, /*budget=*/8);
+  LogprobsHarness h(/*num_blocks=*/6, /*block_size=*/4, /*budget=*/8);
   h.Submit(MakeEngineRequest("a", Prompt(7, 1), 4));
   const std::vector<int32_t> prompt = Prompt(14, 2);
   auto b = h.Submit(Scored("b", prompt, 2, 1));
@@ -178,7 +179,7 @@ TEST(PromptLogprobsTest, PreemptedDuringPrefillDeliversEachPositionOnce) {
 TEST(PromptLogprobsTest, PreemptedWithoutItsCachedBlocksRecomputesWithoutRedelivering) {
   // No prefix cache: b is preempted mid-prefill and recomputes from position 0; the positions
   // it delivered before are computed again but not delivered again.
-  Harness h(/*num_blocks=*/6, /*block_size=*/4, /*budget=*/8, /*prefix_caching=*/false);
+  LogprobsHarness h(/*num_blocks=*/6, /*block_size=*/4, /*budget=*/8, /*prefix_caching=*/false);
   h.Submit(MakeEngineRequest("a", Prompt(7, 1), 4));
   const std::vector<int32_t> prompt = Prompt(14, 2);
   auto b = h.Submit(Scored("b", prompt, 2, 1));
@@ -196,7 +197,7 @@ TEST(PromptLogprobsTest, PreemptedWithoutItsCachedBlocksRecomputesWithoutRedeliv
 TEST(PromptLogprobsTest, PreemptedDuringDecodeDeliversNothingAgain) {
   // EngineCoreTest.RequestPreemptedTwiceDuringDecode's schedule: b is preempted twice after its
   // prefill and recomputes its prompt twice.
-  Harness h(/*num_blocks=*/6, /*block_size=*/2, /*budget=*/64);
+  LogprobsHarness h(/*num_blocks=*/6, /*block_size=*/2, /*budget=*/64);
   h.Submit(MakeEngineRequest("a", Prompt(3, 1), 100));
   h.Submit(MakeEngineRequest("c", Prompt(1, 2), 3));
   const std::vector<int32_t> prompt = Prompt(3, 3);
@@ -210,7 +211,7 @@ TEST(PromptLogprobsTest, PreemptedDuringDecodeDeliversNothingAgain) {
 }
 
 TEST(PromptLogprobsTest, CachedPrefixIsComputedAgainForItsLogprobs) {
-  Harness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64);
+  LogprobsHarness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64);
   const std::vector<int32_t> prompt = Prompt(13, 5);
   auto warm = h.Submit(MakeEngineRequest("warm", prompt, 1));
   h.RunUntilIdle();
@@ -232,14 +233,14 @@ TEST(PromptLogprobsTest, CachedPrefixIsComputedAgainForItsLogprobs) {
 }
 
 TEST(PromptLogprobsTest, SubmitRejectsOutOfRangeTopN) {
-  Harness h(16, 4, 64);
+  LogprobsHarness h(16, 4, 64);
   EXPECT_FALSE(h.core.Submit(Scored("x", Prompt(4, 1), 21)).ok());
   EXPECT_FALSE(h.core.Submit(Scored("y", Prompt(4, 1), -1)).ok());
   EXPECT_TRUE(h.core.Submit(Scored("z", Prompt(4, 1), 20)).ok());
 }
 
 TEST(PromptLogprobsTest, OneTokenPromptHasNoPromptLogprobs) {
-  Harness h(16, 4, 64);
+  LogprobsHarness h(16, 4, 64);
   auto s = h.Submit(Scored("one", {7}, 3));
   h.RunUntilIdle();
   const RequestOutput out = Drain(*s);

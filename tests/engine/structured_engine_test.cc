@@ -26,20 +26,21 @@ using testing::FakeExecutor;
 using testing::MakeEngineRequest;
 using testing::RecordingObserver;
 
-constexpr int32_t kVocab = 40;  // not a multiple of 32: a partial last mask word
+constexpr int32_t kStructuredVocab = 40;  // not a multiple of 32: a partial last mask word
 constexpr int32_t kEos = 0;
 
 // Token bytes: 0 = EOS, 1..10 = "0".."9", 11 = "a", 12 = "b", 13 = "ab", 14 = "-", 15 = "a-",
 // 16..39 = letters the grammars below never allow.
 std::shared_ptr<const structured::Vocabulary> TestVocabulary() {
-  std::vector<std::string> bytes(kVocab);
+  std::vector<std::string> bytes(kStructuredVocab);
   for (int32_t d = 0; d < 10; ++d) bytes[1 + d] = std::string(1, static_cast<char>('0' + d));
   bytes[11] = "a";
   bytes[12] = "b";
   bytes[13] = "ab";
   bytes[14] = "-";
   bytes[15] = "a-";
-  for (int32_t t = 16; t < kVocab; ++t) bytes[t] = std::string(1, static_cast<char>('c' + t - 16));
+  for (int32_t t = 16; t < kStructuredVocab; ++t)
+    bytes[t] = std::string(1, static_cast<char>('c' + t - 16));
   return std::make_shared<const structured::Vocabulary>(std::move(bytes),
                                                         std::vector<int32_t>{kEos});
 }
@@ -79,7 +80,8 @@ bool MatchesGrammar(const std::string& text) {
 
 EngineRequest Constrained(const std::string& id, int32_t salt, uint64_t seed,
                           std::shared_ptr<const structured::CompiledGrammar> grammar) {
-  EngineRequest r = MakeEngineRequest(id, testing::Prompt(5 + salt % 4, salt, kVocab), 24);
+  EngineRequest r =
+      MakeEngineRequest(id, testing::Prompt(5 + salt % 4, salt, kStructuredVocab), 24);
   r.sampling.temperature = 1.0f;
   r.sampling.seed = seed;
   r.sampling.ignore_eos = false;
@@ -118,8 +120,9 @@ struct RunResult {
 RunResult RunAll(std::vector<EngineRequest> requests, int32_t num_blocks, int32_t max_num_seqs = 8,
                  bool overlap = false) {
   FakeClock clock;
-  FakeExecutor plain(num_blocks, 4, kVocab, /*max_model_len=*/64, &clock, 1.0);
-  OverlappingExecutor overlapping(num_blocks, 4, kVocab, /*max_model_len=*/64, &clock, 1.0);
+  FakeExecutor plain(num_blocks, 4, kStructuredVocab, /*max_model_len=*/64, &clock, 1.0);
+  OverlappingExecutor overlapping(num_blocks, 4, kStructuredVocab, /*max_model_len=*/64, &clock,
+                                  1.0);
   FakeExecutor& executor = overlap ? overlapping : plain;
   RecordingObserver recorder;
   EngineConfig config;
@@ -147,7 +150,7 @@ TEST(StructuredEngineTest, MasksReachTheBatchAndTheMatcherFollowsTheTokens) {
   ASSERT_NE(grammar, nullptr);
   std::vector<EngineRequest> requests;
   requests.push_back(Constrained("c", 3, 11, grammar));
-  EngineRequest plain = MakeEngineRequest("p", testing::Prompt(6, 9, kVocab), 10);
+  EngineRequest plain = MakeEngineRequest("p", testing::Prompt(6, 9, kStructuredVocab), 10);
   requests.push_back(std::move(plain));
   RunResult run = RunAll(std::move(requests), /*num_blocks=*/64);
 
@@ -173,7 +176,7 @@ TEST(StructuredEngineTest, MasksReachTheBatchAndTheMatcherFollowsTheTokens) {
       const bool is_c = b.request_keys[s] == 0;  // "c" was submitted first
       ASSERT_EQ(b.bitmask_of(s) != nullptr, is_c) << "key " << b.request_keys[s];
       if (!is_c) continue;
-      ASSERT_EQ(b.bitmask_words, (kVocab + 31) / 32);
+      ASSERT_EQ(b.bitmask_words, (kStructuredVocab + 31) / 32);
       ASSERT_LT(next, c.token_ids.size());
       matcher.FillNextTokenBitmask(want);
       EXPECT_EQ(std::vector<uint32_t>(b.bitmask_of(s), b.bitmask_of(s) + b.bitmask_words), want)
@@ -255,7 +258,7 @@ TEST(StructuredEngineTest, TheMaskFillOverlapsExecuteAndIsAwaitedBeforeSampling)
   const auto grammar = CompileOk(GrammarSpec());
   ASSERT_NE(grammar, nullptr);
   FakeClock clock;
-  OverlappingExecutor executor(64, 4, kVocab, 64, &clock, 1.0);
+  OverlappingExecutor executor(64, 4, kStructuredVocab, 64, &clock, 1.0);
   RecordingObserver recorder;
   EngineConfig config;
   config.eos_token_id = kEos;
@@ -281,7 +284,8 @@ TEST(StructuredEngineTest, TheMaskFillOverlapsExecuteAndIsAwaitedBeforeSampling)
     execute_began.release();
   };
   auto cs = testing::SubmitOk(core, Constrained("c", 3, 11, grammar));
-  auto ps = testing::SubmitOk(core, MakeEngineRequest("p", testing::Prompt(6, 9, kVocab), 10));
+  auto ps =
+      testing::SubmitOk(core, MakeEngineRequest("p", testing::Prompt(6, 9, kStructuredVocab), 10));
   testing::RunUntilIdle(core);
   const RequestOutput c = testing::Drain(*cs);
   ASSERT_TRUE(c.finished);
@@ -338,7 +342,7 @@ TEST(StructuredEngineTest, TheEngineWaitsForTheFillWhenExecuteFails) {
       bool throws = false;
     };
     FakeClock clock;
-    FailingExecutor executor(64, 4, kVocab, 64, &clock, 1.0);
+    FailingExecutor executor(64, 4, kStructuredVocab, 64, &clock, 1.0);
     executor.throws = throws;
     EngineConfig config;
     config.eos_token_id = kEos;
@@ -381,15 +385,16 @@ TEST(StructuredEngineTest, ARejectedTokenFailsOnlyItsRequest) {
   const auto grammar = CompileOk(choice);
   ASSERT_NE(grammar, nullptr);
   FakeClock clock;
-  MaskDroppingExecutor executor(64, 4, kVocab, 64, &clock, 1.0);
+  MaskDroppingExecutor executor(64, 4, kStructuredVocab, 64, &clock, 1.0);
   EngineConfig config;
   config.eos_token_id = kEos;
   EngineCore core(config, &executor, &clock);
-  EngineRequest c = MakeEngineRequest("c", testing::Prompt(6, 2, kVocab), 12);
+  EngineRequest c = MakeEngineRequest("c", testing::Prompt(6, 2, kStructuredVocab), 12);
   c.grammar = grammar;
   // Greedy: the fake model's argmax; find where the grammar first rejects it.
   auto cs = testing::SubmitOk(core, std::move(c));
-  auto ps = testing::SubmitOk(core, MakeEngineRequest("p", testing::Prompt(6, 2, kVocab), 12));
+  auto ps =
+      testing::SubmitOk(core, MakeEngineRequest("p", testing::Prompt(6, 2, kStructuredVocab), 12));
   testing::RunUntilIdle(core);
   const RequestOutput p = testing::Drain(*ps);
   const RequestOutput got = testing::Drain(*cs);
@@ -416,7 +421,7 @@ TEST(StructuredEngineTest, AGrammarForAnotherVocabularySizeIsRefused) {
                                       std::vector<std::string>{"", "a"}, std::vector<int32_t>{0}));
   ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
   FakeClock clock;
-  FakeExecutor executor(16, 4, kVocab, 64, &clock, 1.0);
+  FakeExecutor executor(16, 4, kStructuredVocab, 64, &clock, 1.0);
   EngineCore core(EngineConfig{}, &executor, &clock);
   EngineRequest r = MakeEngineRequest("r", {1, 2}, 4);
   r.grammar = *grammar;

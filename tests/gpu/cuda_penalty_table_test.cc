@@ -19,24 +19,10 @@ namespace tinyserve {
 namespace {
 
 template <typename T>
-T* DeviceAlloc(size_t n) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, n * sizeof(T)), cudaSuccess);
-  return d;
-}
-
-template <typename T>
 std::vector<T> Download(const T* d, size_t n) {
   std::vector<T> h(n);
   EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return h;
-}
-
-template <typename T>
-T* Upload(const std::vector<T>& h) {
-  T* d = DeviceAlloc<T>(std::max<size_t>(h.size(), 1));
-  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
 }
 
 // Succeeds iff row `slot` of the tables is `want`'s history: the prompt flag or an output count on

@@ -2,6 +2,7 @@
 // inputs, and host-side bf16 and fp8 rounding for references.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +32,22 @@ inline constexpr bool kOnHostLayer = false;
 
 // A quiet NaN: outputs are poisoned with it, so an element a kernel forgets to write fails.
 inline constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+// n uninitialised Ts of device memory (cudaMalloc; the test leaks them).
+template <typename T>
+T* DeviceAlloc(size_t n) {
+  T* d = nullptr;
+  EXPECT_EQ(cudaMalloc(&d, n * sizeof(T)), cudaSuccess);
+  return d;
+}
+
+// A device copy of `h` (at least one element allocated, so that an empty vector gives a pointer).
+template <typename T>
+T* Upload(const std::vector<T>& h) {
+  T* d = DeviceAlloc<T>(h.size() > 0 ? h.size() : 1);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
 
 // n floats drawn uniformly from [lo, hi).
 inline std::vector<float> Random(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {

@@ -176,13 +176,6 @@ __global__ void AddOne(const float* x, int n, float* out) {
   if (i < n) out[i] = x[i] + 1.0f;
 }
 
-template <typename T>
-T* DeviceAlloc(size_t count) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, count * sizeof(T)), cudaSuccess);
-  return p;
-}
-
 class HostLayerTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_THAT(gpu_host::TakeFaults(), ::testing::IsEmpty()); }
@@ -243,23 +236,24 @@ TEST_F(HostLayerTest, ConversionsRoundToNearestEvenAsCuda) {
   EXPECT_EQ(__float2bfloat16_rn(NAN).bits, 0x7fff);
   EXPECT_EQ(__float2bfloat16_rn(1.00390625f).bits, 0x3f80);  // a tie: to even (down)
   EXPECT_EQ(__float2bfloat16_rn(1.01171875f).bits, 0x3f82);  // a tie: to even (up)
-  struct Case {
+  struct Conversion {
     float f;
     uint16_t h;
   };
-  for (const Case& c : std::vector<Case>{{1.0f, 0x3c00},
-                                         {-2.0f, 0xc000},
-                                         {65504.0f, 0x7bff},
-                                         {65519.0f, 0x7bff},
-                                         {65520.0f, 0x7c00},             // rounds up to inf
-                                         {1.0f + 0x1p-11f, 0x3c00},      // tie to even: down
-                                         {1.0f + 3 * 0x1p-11f, 0x3c02},  // tie to even: up
-                                         {0x1p-14f, 0x0400},
-                                         {0x1p-24f, 0x0001},
-                                         {0x1p-25f, 0x0000},  // tie to even: zero
-                                         {3 * 0x1p-25f, 0x0002},
-                                         {-0.0f, 0x8000},
-                                         {INFINITY, 0x7c00}}) {
+  for (const Conversion& c :
+       std::vector<Conversion>{{1.0f, 0x3c00},
+                               {-2.0f, 0xc000},
+                               {65504.0f, 0x7bff},
+                               {65519.0f, 0x7bff},
+                               {65520.0f, 0x7c00},             // rounds up to inf
+                               {1.0f + 0x1p-11f, 0x3c00},      // tie to even: down
+                               {1.0f + 3 * 0x1p-11f, 0x3c02},  // tie to even: up
+                               {0x1p-14f, 0x0400},
+                               {0x1p-24f, 0x0001},
+                               {0x1p-25f, 0x0000},  // tie to even: zero
+                               {3 * 0x1p-25f, 0x0002},
+                               {-0.0f, 0x8000},
+                               {INFINITY, 0x7c00}}) {
     EXPECT_EQ(__float2half_rn(c.f).bits, c.h) << c.f;
     if (c.h != 0x7c00 && c.f == static_cast<float>(__half2float(__half{c.h}))) {
       EXPECT_EQ(__half2float(__half{c.h}), c.f);

@@ -6,19 +6,11 @@
 #include <vector>
 
 #include "kernels/cuda/ops.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu_host/executor.h"
 
 namespace tinyserve {
 namespace {
-
-template <typename T>
-T* Upload(const std::vector<T>& host) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, host.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return d;
-}
 
 // PagedAttentionKernel formed scratch + offset for its split outputs even with one split, where
 // scratch is null: undefined behaviour (UBSan: "applying non-zero offset to null pointer").

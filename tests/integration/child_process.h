@@ -23,7 +23,7 @@
 
 namespace tinyserve::testing_util {
 
-inline std::string ReadFile(const std::string& path) {
+inline std::string ReadLogFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();

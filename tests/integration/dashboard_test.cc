@@ -32,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing_util::ChildProcess;
-using testing_util::ReadFile;
+using testing_util::ReadLogFile;
 
 constexpr const char* kApiKey = "dashboard-test-key";
 constexpr const char* kChromium = "/usr/bin/chromium";
@@ -93,14 +93,14 @@ class DashboardTest : public ::testing::Test {
     for (const auto deadline = Clock::now() + seconds(30);
          port_ == 0 && Clock::now() < deadline && server_->Running();) {
       std::smatch m;
-      const std::string log = ReadFile(log_);
+      const std::string log = ReadLogFile(log_);
       if (std::regex_search(log, m, listening)) {
         port_ = std::stoi(m[1]);
       } else {
         std::this_thread::sleep_for(milliseconds(50));
       }
     }
-    ASSERT_NE(port_, 0) << "tinyserve did not start:\n" << ReadFile(log_);
+    ASSERT_NE(port_, 0) << "tinyserve did not start:\n" << ReadLogFile(log_);
   }
 
   // 32 clients, each sending completions back to back until StopLoad().
@@ -170,7 +170,7 @@ class DashboardTest : public ::testing::Test {
          chromium.Running() && Clock::now() < deadline;) {
       std::this_thread::sleep_for(milliseconds(100));
     }
-    return ReadFile(out);
+    return ReadLogFile(out);
   }
 
   std::string binary_, model_, dir_, log_;
@@ -223,7 +223,7 @@ TEST_F(DashboardTest, DrawsEveryChartUnderPreemptionHeavyLoad) {
     std::this_thread::sleep_for(milliseconds(200));
     preemptions = Counter("vllm:num_preemptions_total");
   }
-  ASSERT_GT(preemptions, 0) << "the load preempted nothing:\n" << ReadFile(log_);
+  ASSERT_GT(preemptions, 0) << "the load preempted nothing:\n" << ReadLogFile(log_);
 
   // The timeline JSON shows preempted spans.
   const nlohmann::json tl = nlohmann::json::parse(Get("/debug/request_timelines")->body);
@@ -273,7 +273,7 @@ TEST_F(DashboardTest, DrawsEveryChartUnderPreemptionHeavyLoad) {
   for (int attempt = 1; attempt <= 2 && image.size() <= 10000u; ++attempt) {
     std::filesystem::remove(png);
     log = RunChromium({"--screenshot=" + png}, "png" + std::to_string(attempt));
-    image = ReadFile(png);
+    image = ReadLogFile(png);
     if (image.size() <= 10000u)
       std::printf("dashboard: screenshot attempt %d got no image\n", attempt);
   }

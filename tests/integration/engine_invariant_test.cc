@@ -17,7 +17,7 @@
 namespace tinyserve {
 namespace {
 
-const std::string kShared = TINYSERVE_SHARED_DIR;
+const std::string kInvariantShared = TINYSERVE_SHARED_DIR;
 
 class CountingObserver final : public EngineObserver {
  public:
@@ -59,7 +59,7 @@ std::vector<Case> MakeCases(int n, uint32_t seed) {
 class EngineInvariantTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto w = LoadLlama2cCheckpoint(kShared + "/models/stories260K.bin");
+    auto w = LoadLlama2cCheckpoint(kInvariantShared + "/models/stories260K.bin");
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     weights_ = new std::shared_ptr<const LlamaWeights>(*w);
   }

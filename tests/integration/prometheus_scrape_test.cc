@@ -44,7 +44,7 @@ constexpr int kMaxTokens = 200;
 using testing_util::ChildProcess;
 using testing_util::FindBinary;
 using testing_util::FreeLoopbackPort;
-using testing_util::ReadFile;
+using testing_util::ReadLogFile;
 
 // The value of the sample `name{labels}` (labels as rendered, in order) in Prometheus text format.
 std::optional<double> SampleValue(const std::string& text, const std::string& series) {
@@ -120,14 +120,14 @@ class PrometheusScrapeTest : public ::testing::Test {
     const auto deadline = Clock::now() + seconds(30);
     while (tinyserve_port_ == 0 && Clock::now() < deadline && tinyserve_process_->Running()) {
       std::smatch m;
-      const std::string log = ReadFile(tinyserve_log_);
+      const std::string log = ReadLogFile(tinyserve_log_);
       if (std::regex_search(log, m, listening)) {
         tinyserve_port_ = std::stoi(m[1]);
       } else {
         std::this_thread::sleep_for(milliseconds(50));
       }
     }
-    ASSERT_NE(tinyserve_port_, 0) << "tinyserve did not start:\n" << ReadFile(tinyserve_log_);
+    ASSERT_NE(tinyserve_port_, 0) << "tinyserve did not start:\n" << ReadLogFile(tinyserve_log_);
   }
 
   // A scrape job of the Prometheus config: `job` scraping 127.0.0.1:port/metrics.
@@ -179,7 +179,7 @@ class PrometheusScrapeTest : public ::testing::Test {
         std::this_thread::sleep_for(milliseconds(100));
       }
     }
-    ASSERT_NE(prometheus_port_, 0) << "Prometheus did not start:\n" << ReadFile(prometheus_log_);
+    ASSERT_NE(prometheus_port_, 0) << "Prometheus did not start:\n" << ReadLogFile(prometheus_log_);
   }
 
   // The values of an instant query's result (one per series), or nullopt if the query failed.
@@ -255,7 +255,7 @@ class PrometheusScrapeTest : public ::testing::Test {
         std::this_thread::sleep_for(milliseconds(100));
       }
     }
-    ADD_FAILURE() << "HAProxy did not start:\n" << ReadFile(log);
+    ADD_FAILURE() << "HAProxy did not start:\n" << ReadLogFile(log);
     return 0;
   }
 
@@ -281,9 +281,9 @@ TEST_F(PrometheusScrapeTest, QueryApiReportsPreemptionsAfterPreemptionHeavyLoad)
   // Prometheus has scraped the idle server before the load: the target is up, no preemptions yet.
   auto before = QueryUntil(up, 1, seconds(15));
   ASSERT_TRUE(before && before->size() == 1 && (*before)[0] == 1) << "the target is not up\n"
-                                                                  << ReadFile(prometheus_log_);
+                                                                  << ReadLogFile(prometheus_log_);
   before = QueryUntil(preemptions, 0, seconds(5));
-  ASSERT_TRUE(before && before->size() == 1 && (*before)[0] == 0) << ReadFile(prometheus_log_);
+  ASSERT_TRUE(before && before->size() == 1 && (*before)[0] == 0) << ReadLogFile(prometheus_log_);
 
   // 40 concurrent requests of ~30 + 200 tokens need ~600 blocks' worth of tokens at their peak;
   // the cache holds 640 tokens in all, so the scheduler preempts (and recomputes) over and over.
@@ -338,8 +338,8 @@ TEST_F(PrometheusScrapeTest, QueryApiReportsPreemptionsAfterPreemptionHeavyLoad)
 
   // Prometheus' query API catches up with it within a few scrapes.
   const auto scraped = QueryUntil(preemptions, *served, seconds(20));
-  ASSERT_TRUE(scraped.has_value()) << "the query API failed\n" << ReadFile(prometheus_log_);
-  ASSERT_EQ(scraped->size(), 1u) << ReadFile(prometheus_log_);
+  ASSERT_TRUE(scraped.has_value()) << "the query API failed\n" << ReadLogFile(prometheus_log_);
+  ASSERT_EQ(scraped->size(), 1u) << ReadLogFile(prometheus_log_);
   EXPECT_GT((*scraped)[0], 0);
   EXPECT_EQ((*scraped)[0], *served);
   std::printf("vllm:num_preemptions_total: %g on /metrics, %g from Prometheus' query API\n",
@@ -396,11 +396,11 @@ TEST_F(PrometheusScrapeTest, ScrapesBothOpenMetricsAndPrometheusText) {
     const std::string up = std::string("up{job=\"") + job + "\"}";
     auto got = QueryUntil(up, 1, seconds(15));
     ASSERT_TRUE(got && got->size() == 1 && (*got)[0] == 1) << job << " is not up\n"
-                                                           << ReadFile(prometheus_log_);
+                                                           << ReadLogFile(prometheus_log_);
     const std::string done =
         std::string("vllm:request_success_total{job=\"") + job + "\",finished_reason=\"length\"}";
     got = QueryUntil(done, kRequests, seconds(15));
-    ASSERT_TRUE(got && got->size() == 1) << job << "\n" << ReadFile(prometheus_log_);
+    ASSERT_TRUE(got && got->size() == 1) << job << "\n" << ReadLogFile(prometheus_log_);
     EXPECT_EQ((*got)[0], kRequests) << job;
     const std::string tokens = std::string("vllm:generation_tokens_total{job=\"") + job + "\"}";
     got = QueryUntil(tokens, kRequests * 20, seconds(15));
@@ -412,7 +412,7 @@ TEST_F(PrometheusScrapeTest, ScrapesBothOpenMetricsAndPrometheusText) {
   for (const nlohmann::json& m : TargetMetadata("vllm:time_to_first_token_seconds")) {
     ttft_by_job[m["target"]["job"].get<std::string>()] = m;
   }
-  ASSERT_EQ(ttft_by_job.size(), 2u) << ReadFile(prometheus_log_);
+  ASSERT_EQ(ttft_by_job.size(), 2u) << ReadLogFile(prometheus_log_);
   EXPECT_EQ(ttft_by_job["openmetrics"]["type"], "histogram");
   EXPECT_EQ(ttft_by_job["openmetrics"]["unit"], "seconds");
   EXPECT_EQ(ttft_by_job["text"]["type"], "histogram");
@@ -464,7 +464,7 @@ TEST_F(PrometheusScrapeTest, HistogramBucketFlags) {
       std::this_thread::sleep_for(milliseconds(20));
     }
     EXPECT_FALSE(child.Running()) << "serve did not stop on " << args[1];
-    const std::string out = ReadFile(log);
+    const std::string out = ReadLogFile(log);
     EXPECT_NE(out.find(message), std::string::npos) << out;
     EXPECT_EQ(out.find("on http://"), std::string::npos) << out;
   }

@@ -46,7 +46,7 @@ constexpr int kClients = 12;
 using testing_util::ChildProcess;
 using testing_util::FindBinary;
 using testing_util::FreeLoopbackPort;
-using testing_util::ReadFile;
+using testing_util::ReadLogFile;
 
 // The sum of every sample of `name` (any labels) in Prometheus text; nullopt if none.
 std::optional<double> SumSamples(const std::string& text, const std::string& name) {
@@ -140,17 +140,17 @@ class ScaleOutTest : public ::testing::Test {
     for (Replica& r : replicas_) {
       while (r.port == 0 && Clock::now() < deadline && r.process->Running()) {
         std::smatch m;
-        const std::string log = ReadFile(r.log);
+        const std::string log = ReadLogFile(r.log);
         if (std::regex_search(log, m, listening)) {
           r.port = std::stoi(m[1]);
         } else {
           std::this_thread::sleep_for(milliseconds(50));
         }
       }
-      ASSERT_NE(r.port, 0) << "a replica did not start:\n" << ReadFile(r.log);
-      EXPECT_NE(ReadFile(r.log).find("publishing KV-cache events on tcp://127.0.0.1:"),
+      ASSERT_NE(r.port, 0) << "a replica did not start:\n" << ReadLogFile(r.log);
+      EXPECT_NE(ReadLogFile(r.log).find("publishing KV-cache events on tcp://127.0.0.1:"),
                 std::string::npos)
-          << ReadFile(r.log);
+          << ReadLogFile(r.log);
     }
   }
 
@@ -198,7 +198,7 @@ class ScaleOutTest : public ::testing::Test {
           return std::vector<std::string>{haproxy_, "-db", "-f", config};
         },
         "/health");
-    ASSERT_NE(haproxy_port_, 0) << "HAProxy did not start:\n" << ReadFile(log);
+    ASSERT_NE(haproxy_port_, 0) << "HAProxy did not start:\n" << ReadLogFile(log);
   }
 
   void StartPrometheus() {
@@ -223,7 +223,7 @@ class ScaleOutTest : public ::testing::Test {
               "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"};
         },
         "/-/ready");
-    ASSERT_NE(prometheus_port_, 0) << "Prometheus did not start:\n" << ReadFile(log);
+    ASSERT_NE(prometheus_port_, 0) << "Prometheus did not start:\n" << ReadLogFile(log);
   }
 
   // An instant query's result (the "result" array), or nullopt if it failed.
@@ -375,7 +375,7 @@ TEST_F(ScaleOutTest, ThreeReplicasBehindHaproxyScrapedByPrometheus) {
 
   // Every expression of the dashboard returns data.
   std::this_thread::sleep_for(seconds(2));  // two more scrapes of the idle replicas
-  const nlohmann::json dashboard = nlohmann::json::parse(ReadFile(dashboard_), nullptr, false);
+  const nlohmann::json dashboard = nlohmann::json::parse(ReadLogFile(dashboard_), nullptr, false);
   ASSERT_FALSE(dashboard.is_discarded()) << dashboard_;
   int num_exprs = 0;
   for (const nlohmann::json& panel : dashboard["panels"]) {

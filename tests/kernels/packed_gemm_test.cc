@@ -24,7 +24,7 @@ std::vector<float> Random(std::mt19937& rng, size_t n) {
   return v;
 }
 
-bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
@@ -80,7 +80,7 @@ TEST(PackedGemmTest, EveryKernelEqualsTheOrderContractBitwise) {
           GemmReference(x.data(), w.data(), m, n, k, want.data());
           EXPECT_EQ(y.back(), 7.0f);
           y.pop_back();
-          ASSERT_TRUE(BitwiseEqual(y, want));
+          ASSERT_TRUE(SameBits(y, want));
         }
       }
     }
@@ -100,7 +100,7 @@ TEST(PackedGemmTest, PanelRangesComputeOnlyTheirColumns) {
   GemmPackedPanels(x.data(), packed.data(), m, n, k, 3, 5, y.data());
   GemmPackedPanels(x.data(), packed.data(), m, n, k, 0, 2, y.data());
   GemmPackedPanels(x.data(), packed.data(), m, n, k, 2, 3, y.data());
-  EXPECT_TRUE(BitwiseEqual(y, want));
+  EXPECT_TRUE(SameBits(y, want));
 }
 
 // Through the backend: weights uploaded (packed) once, Linear over 1 row and over 64 rows with 1
@@ -119,18 +119,18 @@ TEST(PackedGemmTest, BackendLinearRowIsTheSameAloneInABatchAndOnAnyThreadCount) 
     EXPECT_EQ(wr.layout, WeightLayout::kPanel16);
     std::vector<float> batch(m * n);
     b->Linear(x.data(), wr, m, n, k, batch.data());
-    EXPECT_TRUE(BitwiseEqual(batch, want));
+    EXPECT_TRUE(SameBits(batch, want));
     for (int32_t r : {0, 13, 63}) {
       std::vector<float> alone(n);
       b->Linear(x.data() + r * k, wr, 1, n, k, alone.data());
       EXPECT_TRUE(
-          BitwiseEqual(alone, std::vector<float>(want.begin() + r * n, want.begin() + (r + 1) * n)))
+          SameBits(alone, std::vector<float>(want.begin() + r * n, want.begin() + (r + 1) * n)))
           << "row " << r;
     }
     // Row-major Gemm (packs on the fly) keeps the same contract.
     std::vector<float> g(m * n);
     b->Gemm(x.data(), w.data(), m, n, k, g.data());
-    EXPECT_TRUE(BitwiseEqual(g, want));
+    EXPECT_TRUE(SameBits(g, want));
     // The embedding lookup reads the packed table.
     const int32_t ids[] = {0, 300, 16, 17};
     std::vector<float> rows(4 * k);

@@ -20,8 +20,9 @@
 namespace tinyserve::testing {
 namespace {
 
-struct Harness {
-  Harness(int32_t num_blocks, int32_t block_size, int32_t budget, int32_t max_num_seqs = 64)
+struct RequestMetricsHarness {
+  RequestMetricsHarness(int32_t num_blocks, int32_t block_size, int32_t budget,
+                        int32_t max_num_seqs = 64)
       : executor(num_blocks, block_size, /*vocab=*/32, /*max_model_len=*/256, &clock, 1.0),
         observer(&metrics),
         core(Config(budget, max_num_seqs), &executor, &clock) {
@@ -71,7 +72,7 @@ struct Harness {
 
 // Each histogram's sum and count equal the trackers' phases summed over the requests (the clock
 // ticks whole seconds, so the sums are exact).
-void ExpectHistogramsSeeTheTrackersNumbers(const Harness& h) {
+void ExpectHistogramsSeeTheTrackersNumbers(const RequestMetricsHarness& h) {
   struct Sum {
     double sum = 0.0;
     uint64_t count = 0;
@@ -105,7 +106,7 @@ void ExpectHistogramsSeeTheTrackersNumbers(const Harness& h) {
 }
 
 TEST(RequestMetricsTest, OneRequestIsExactlyWhatTheHistogramsGot) {
-  Harness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64);
+  RequestMetricsHarness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64);
   h.Submit(MakeEngineRequest("a", Prompt(5, 1), 3));
   h.RunUntilIdle();
   const PerRequestMetrics a = h.Metrics("a");
@@ -135,7 +136,7 @@ TEST(RequestMetricsTest, OneRequestIsExactlyWhatTheHistogramsGot) {
 // Same scenario as EngineMetricsTest.PreemptedTwiceDuringDecode: b's tokens come out at
 // 1, 2, 4, 10, 11, 12, 13, 14 (preempted at 2 and at 4).
 TEST(RequestMetricsTest, RequestPreemptedTwice) {
-  Harness h(/*num_blocks=*/6, /*block_size=*/2, /*budget=*/64);
+  RequestMetricsHarness h(/*num_blocks=*/6, /*block_size=*/2, /*budget=*/64);
   h.Submit(MakeEngineRequest("a", Prompt(3, 1), 100));
   h.Submit(MakeEngineRequest("c", Prompt(1, 2), 3));
   h.Submit(MakeEngineRequest("b", Prompt(3, 3), 8));
@@ -179,7 +180,7 @@ TEST(RequestMetricsTest, RequestPreemptedTwice) {
 // Same scenario as EngineMetricsTest.AbortedWhilePreempted: b has 2 tokens (at 1, 2), is
 // preempted at 2, and aborted while it waits.
 TEST(RequestMetricsTest, AbortedRequestSaysSoWithThePhasesItReached) {
-  Harness h(/*num_blocks=*/5, /*block_size=*/2, /*budget=*/64);
+  RequestMetricsHarness h(/*num_blocks=*/5, /*block_size=*/2, /*budget=*/64);
   h.Submit(MakeEngineRequest("a", Prompt(3, 1), 6));
   h.Submit(MakeEngineRequest("b", Prompt(3, 2), 6));
   h.Step();
@@ -200,7 +201,7 @@ TEST(RequestMetricsTest, AbortedRequestSaysSoWithThePhasesItReached) {
 }
 
 TEST(RequestMetricsTest, AbortedBeforeSchedulingHasOnlyNulls) {
-  Harness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64, /*max_num_seqs=*/1);
+  RequestMetricsHarness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64, /*max_num_seqs=*/1);
   h.Submit(MakeEngineRequest("a", Prompt(3, 1), 3));
   h.Submit(MakeEngineRequest("b", Prompt(3, 2), 3));
   h.Step();
@@ -220,7 +221,7 @@ TEST(RequestMetricsTest, AbortedBeforeSchedulingHasOnlyNulls) {
 }
 
 TEST(RequestMetricsTest, CachedPromptTokensAreTheFirstAdmissionsHits) {
-  Harness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64);
+  RequestMetricsHarness h(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/64);
   h.Submit(MakeEngineRequest("a", Prompt(9, 1), 2));
   h.RunUntilIdle();
   h.Submit(MakeEngineRequest("b", Prompt(9, 1), 2));  // the same 9 tokens: 2 full blocks hit

@@ -20,12 +20,12 @@ namespace {
 
 using testing_util::ScratchDir;
 
-const std::string kModels = std::string(TINYSERVE_SHARED_DIR) + "/models";
+const std::string kQuantModels = std::string(TINYSERVE_SHARED_DIR) + "/models";
 
 class GgufQuantTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto v = Llama2cVocabForGguf(kModels + "/tok512.bin", 512);
+    auto v = Llama2cVocabForGguf(kQuantModels + "/tok512.bin", 512);
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     vocab_ = *v;
   }
@@ -87,7 +87,7 @@ TEST_F(GgufQuantTest, WritesEachTypeAsLlamaQuantizeDoes) {
 // Columns that are not a multiple of 256 fall back as llama-quantize's (q4_K -> q5_0), and of 32
 // to f16. stories260K has dim 64 and hidden 172.
 TEST_F(GgufQuantTest, UnblockableShapesFallBack) {
-  auto w = LoadLlama2cCheckpoint(kModels + "/stories260K.bin");
+  auto w = LoadLlama2cCheckpoint(kQuantModels + "/stories260K.bin");
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(WriteGgufModel(**w, vocab_, GgufWeightType::kQ4_K, dir_ / "s.gguf").ok());
   std::map<std::string, std::string> t = TensorTypes(dir_ / "s.gguf");

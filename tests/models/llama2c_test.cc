@@ -12,7 +12,7 @@
 namespace tinyserve {
 namespace {
 
-const std::string kShared = TINYSERVE_SHARED_DIR;
+const std::string kLlama2cShared = TINYSERVE_SHARED_DIR;
 
 class Llama2cTest : public ::testing::Test {
  protected:
@@ -44,7 +44,7 @@ constexpr Llama2cHeader kSmall{16, 40, 2, 4, 2, 32, 24};
 int64_t FloatsFor(const Llama2cHeader& h) { return (*Llama2cExpectedFileSize(h, "x") - 28) / 4; }
 
 TEST_F(Llama2cTest, LoadsStories260K) {
-  auto w = LoadLlama2cCheckpoint(kShared + "/models/stories260K.bin");
+  auto w = LoadLlama2cCheckpoint(kLlama2cShared + "/models/stories260K.bin");
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   const ModelConfig& c = (*w)->config;
   EXPECT_EQ(c.dim, 64);
@@ -161,21 +161,21 @@ TEST_F(Llama2cTest, AbsurdSizesAreRejectedWithoutAllocating) {
 TEST_F(Llama2cTest, MissingTokenizerIsAClearError) {
   const std::string p = Path("model.bin");
   ASSERT_TRUE(WriteRandomLlama2cCheckpoint(p, kSmall, 1).ok());
-  auto r = ResolveAndLoadModel({p, ""}, kShared);
+  auto r = ResolveAndLoadModel({p, ""}, kLlama2cShared);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("no tokenizer found"), std::string::npos)
       << r.status().message();
   EXPECT_NE(r.status().message().find("tok32.bin"), std::string::npos);
   EXPECT_NE(r.status().message().find("--tokenizer"), std::string::npos);
 
-  auto r2 = ResolveAndLoadModel({p, Path("missing_tok.bin")}, kShared);
+  auto r2 = ResolveAndLoadModel({p, Path("missing_tok.bin")}, kLlama2cShared);
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find("missing_tok.bin"), std::string::npos)
       << r2.status().message();
 }
 
 TEST_F(Llama2cTest, DefaultModelAndTokenizerResolve) {
-  auto r = ResolveAndLoadModel({"", ""}, kShared);
+  auto r = ResolveAndLoadModel({"", ""}, kLlama2cShared);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NE(r->model_path.find("stories260K.bin"), std::string::npos);
   EXPECT_NE(r->tokenizer_path.find("tok512.bin"), std::string::npos);

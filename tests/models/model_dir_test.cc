@@ -21,7 +21,7 @@ using testing_util::ExpectGoldenGreedy;
 using testing_util::ReadFile;
 using testing_util::ScratchDir;
 
-const std::string kModels = std::string(TINYSERVE_SHARED_DIR) + "/models";
+const std::string kModelDirModels = std::string(TINYSERVE_SHARED_DIR) + "/models";
 
 void ExpectGoldenPrompts(const Tokenizer& tok, bool add_bos) {
   std::ifstream in(std::string(TINYSERVE_SHARED_DIR) + "/golden/stories260K_greedy.json");
@@ -35,8 +35,8 @@ void ExpectGoldenPrompts(const Tokenizer& tok, bool add_bos) {
 
 TEST(ModelDirTest, Stories260KConvertedToHfServesRunCTokens) {
   ScratchDir dir("convert_hf");
-  ASSERT_TRUE(ConvertLlama2cToHf(kModels + "/stories260K.bin", kModels + "/tok512.bin",
-                                 TensorDtype::kF32, dir.path())
+  ASSERT_TRUE(ConvertLlama2cToHf(kModelDirModels + "/stories260K.bin",
+                                 kModelDirModels + "/tok512.bin", TensorDtype::kF32, dir.path())
                   .ok());
   auto m = ResolveAndLoadModel({dir.path(), ""}, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -49,7 +49,7 @@ TEST(ModelDirTest, Stories260KConvertedToHfServesRunCTokens) {
   EXPECT_EQ(m->weights->config.stop_token_ids, (std::vector<int32_t>{1, 2}));
   ExpectGoldenPrompts(*m->tokenizer, m->add_bos);
   ExpectGoldenGreedy(m->weights);
-  auto with_tok = ResolveAndLoadModel({dir.path(), kModels + "/tok512.bin"}, "");
+  auto with_tok = ResolveAndLoadModel({dir.path(), kModelDirModels + "/tok512.bin"}, "");
   ASSERT_FALSE(with_tok.ok());
   EXPECT_NE(with_tok.status().message().find("--tokenizer is only for llama2.c checkpoints"),
             std::string::npos);
@@ -58,8 +58,8 @@ TEST(ModelDirTest, Stories260KConvertedToHfServesRunCTokens) {
 TEST(ModelDirTest, Stories260KConvertedToGgufServesRunCTokens) {
   ScratchDir dir("convert_gguf");
   const std::string path = dir / "stories260K.gguf";
-  ASSERT_TRUE(ConvertLlama2cToGguf(kModels + "/stories260K.bin", kModels + "/tok512.bin",
-                                   TensorDtype::kF32, path)
+  ASSERT_TRUE(ConvertLlama2cToGguf(kModelDirModels + "/stories260K.bin",
+                                   kModelDirModels + "/tok512.bin", TensorDtype::kF32, path)
                   .ok());
   auto m = ResolveAndLoadModel({path, ""}, "");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -99,8 +99,8 @@ TEST(ModelDirTest, PresetsHaveThePublishedShapes) {
 // override it); the reason, naming the file, is kept for serve to report without the flag.
 TEST(ModelDirTest, UnrecognisedChatTemplateLoadsWithItsReason) {
   ScratchDir dir("convert_hf_mistral_template");
-  ASSERT_TRUE(ConvertLlama2cToHf(kModels + "/stories260K.bin", kModels + "/tok512.bin",
-                                 TensorDtype::kF32, dir.path())
+  ASSERT_TRUE(ConvertLlama2cToHf(kModelDirModels + "/stories260K.bin",
+                                 kModelDirModels + "/tok512.bin", TensorDtype::kF32, dir.path())
                   .ok());
   const std::string config_path = dir / "tokenizer_config.json";
   nlohmann::json config = nlohmann::json::parse(ReadFile(config_path));

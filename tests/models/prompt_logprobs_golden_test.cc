@@ -20,7 +20,7 @@
 namespace tinyserve {
 namespace {
 
-const std::string kShared = TINYSERVE_SHARED_DIR;
+const std::string kLogprobsShared = TINYSERVE_SHARED_DIR;
 
 struct Expected {
   std::vector<int32_t> prompt;
@@ -28,7 +28,7 @@ struct Expected {
 };
 
 Expected LoadGolden() {
-  std::ifstream in(kShared + "/golden/stories260K_logits_once_upon_a_time.json");
+  std::ifstream in(kLogprobsShared + "/golden/stories260K_logits_once_upon_a_time.json");
   EXPECT_TRUE(in);
   const nlohmann::json g = nlohmann::json::parse(in);
   Expected e;
@@ -43,7 +43,7 @@ Expected LoadGolden() {
 class PromptLogprobsGoldenTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto w = LoadLlama2cCheckpoint(kShared + "/models/stories260K.bin");
+    auto w = LoadLlama2cCheckpoint(kLogprobsShared + "/models/stories260K.bin");
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     ModelRunnerOptions o;
     o.block_size = 4;

@@ -10,16 +10,16 @@
 namespace tinyserve::protocol {
 namespace {
 
-constexpr int32_t kVocab = 512;
+constexpr int32_t kCompletionVocab = 512;
 
-CompletionRequest ParseOk(const std::string& body) {
-  auto r = ParseCompletionRequestBody(body, kVocab);
+CompletionRequest ParseCompletionOk(const std::string& body) {
+  auto r = ParseCompletionRequestBody(body, kCompletionVocab);
   EXPECT_TRUE(r.ok()) << body << " -> " << (r.ok() ? "" : r.error().message);
   return r.ok() ? std::move(r).value() : CompletionRequest{};
 }
 
 TEST(CompletionRequestTest, Defaults) {
-  CompletionRequest req = ParseOk(R"({"model": "m", "prompt": "Hello"})");
+  CompletionRequest req = ParseCompletionOk(R"({"model": "m", "prompt": "Hello"})");
   EXPECT_EQ(req.model, "m");
   ASSERT_EQ(req.prompts.size(), 1u);
   EXPECT_TRUE(req.prompts[0].is_text);
@@ -50,12 +50,12 @@ TEST(CompletionRequestTest, Defaults) {
 }
 
 TEST(CompletionRequestTest, ModelIsOptional) {
-  EXPECT_FALSE(ParseOk(R"({"prompt": "x"})").model.has_value());
+  EXPECT_FALSE(ParseCompletionOk(R"({"prompt": "x"})").model.has_value());
 }
 
 TEST(CompletionRequestTest, NullMeansDefaultAndNullMaxTokensMeansRestOfContext) {
   CompletionRequest req =
-      ParseOk(R"({"prompt": "x", "temperature": null, "n": null, "max_tokens": null})");
+      ParseCompletionOk(R"({"prompt": "x", "temperature": null, "n": null, "max_tokens": null})");
   EXPECT_EQ(req.sampling.temperature, 1.0f);
   EXPECT_EQ(req.sampling.n, 1);
   EXPECT_FALSE(req.sampling.max_tokens.has_value());
@@ -64,17 +64,17 @@ TEST(CompletionRequestTest, NullMeansDefaultAndNullMaxTokensMeansRestOfContext) 
 TEST(CompletionRequestTest, MaxTokensZeroWithEchoIsPureScoring) {
   // vLLM: the prompt alone comes back; the engine is asked for one token nobody sees.
   CompletionRequest req =
-      ParseOk(R"({"prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 2})");
+      ParseCompletionOk(R"({"prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 2})");
   EXPECT_TRUE(req.echo);
   EXPECT_TRUE(req.echo_only);
   EXPECT_EQ(req.sampling.max_tokens, 0);
   EXPECT_EQ(req.sampling.logprobs, 2);
-  EXPECT_FALSE(ParseOk(R"({"prompt": "x", "max_tokens": 1, "echo": true})").echo_only);
-  EXPECT_FALSE(ParseOk(R"({"prompt": "x", "echo": true})").echo_only);
+  EXPECT_FALSE(ParseCompletionOk(R"({"prompt": "x", "max_tokens": 1, "echo": true})").echo_only);
+  EXPECT_FALSE(ParseCompletionOk(R"({"prompt": "x", "echo": true})").echo_only);
 }
 
 TEST(CompletionRequestTest, AllFieldsParsed) {
-  CompletionRequest req = ParseOk(R"({
+  CompletionRequest req = ParseCompletionOk(R"({
     "model": "m", "prompt": "x", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40,
     "min_p": 0.1, "n": 3, "stop": ["a", "bc"], "stop_token_ids": [2, 5], "stream": true,
     "stream_options": {"include_usage": true}, "logprobs": 5, "echo": true, "seed": -1,
@@ -103,29 +103,29 @@ TEST(CompletionRequestTest, AllFieldsParsed) {
 }
 
 TEST(CompletionRequestTest, StopAsAString) {
-  EXPECT_EQ(ParseOk(R"({"prompt": "x", "stop": "\n"})").sampling.stop,
+  EXPECT_EQ(ParseCompletionOk(R"({"prompt": "x", "stop": "\n"})").sampling.stop,
             std::vector<std::string>{"\n"});
 }
 
 TEST(CompletionRequestTest, PromptForms) {
-  CompletionRequest one = ParseOk(R"({"prompt": "abc"})");
+  CompletionRequest one = ParseCompletionOk(R"({"prompt": "abc"})");
   EXPECT_EQ(one.prompts, (std::vector<CompletionPrompt>{{true, "abc", {}}}));
-  CompletionRequest strings = ParseOk(R"({"prompt": ["a", "b"]})");
+  CompletionRequest strings = ParseCompletionOk(R"({"prompt": ["a", "b"]})");
   EXPECT_EQ(strings.prompts, (std::vector<CompletionPrompt>{{true, "a", {}}, {true, "b", {}}}));
-  CompletionRequest ids = ParseOk(R"({"prompt": [1, 2, 511]})");
+  CompletionRequest ids = ParseCompletionOk(R"({"prompt": [1, 2, 511]})");
   EXPECT_EQ(ids.prompts, (std::vector<CompletionPrompt>{{false, "", {1, 2, 511}}}));
-  CompletionRequest lists = ParseOk(R"({"prompt": [[1, 2], [3]]})");
+  CompletionRequest lists = ParseCompletionOk(R"({"prompt": [[1, 2], [3]]})");
   EXPECT_EQ(lists.prompts, (std::vector<CompletionPrompt>{{false, "", {1, 2}}, {false, "", {3}}}));
 }
 
-struct BadCase {
+struct CompletionBadCase {
   const char* body;
   const char* param;    // nullptr: no param
   const char* message;  // exact message, or nullptr to skip
 };
 
-void ExpectBad(const BadCase& c) {
-  auto r = ParseCompletionRequestBody(c.body, kVocab);
+void ExpectBad(const CompletionBadCase& c) {
+  auto r = ParseCompletionRequestBody(c.body, kCompletionVocab);
   ASSERT_FALSE(r.ok()) << c.body;
   EXPECT_EQ(r.error().http_status, 400) << c.body;
   EXPECT_EQ(r.error().type, "BadRequestError") << c.body;
@@ -140,7 +140,7 @@ void ExpectBad(const BadCase& c) {
 }
 
 TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
-  const BadCase cases[] = {
+  const CompletionBadCase cases[] = {
       {"{", nullptr, nullptr},
       {"[1, 2]", nullptr, "The request body must be a JSON object"},
       {R"({})", "prompt", "`prompt` is required"},
@@ -261,7 +261,7 @@ TEST(CompletionRequestTest, BadInputsGive400NamingTheField) {
       {R"({"prompt": "x", "include_stop_str_in_output": 0})", "include_stop_str_in_output",
        nullptr},
   };
-  for (const BadCase& c : cases) ExpectBad(c);
+  for (const CompletionBadCase& c : cases) ExpectBad(c);
 }
 
 TEST(CompletionRequestTest, TokenizePromptAddsBosForTextOnly) {
@@ -290,29 +290,30 @@ TEST(CompletionRequestTest, EchoText) {
 }
 
 TEST(CompletionRequestTest, SeedAcceptsIntegralFloats) {
-  EXPECT_EQ(ParseOk(R"({"prompt": "x", "seed": 7.0})").sampling.seed, 7u);
-  EXPECT_EQ(ParseOk(R"({"prompt": "x", "seed": 18446744073709551615})").sampling.seed, UINT64_MAX);
+  EXPECT_EQ(ParseCompletionOk(R"({"prompt": "x", "seed": 7.0})").sampling.seed, 7u);
+  EXPECT_EQ(ParseCompletionOk(R"({"prompt": "x", "seed": 18446744073709551615})").sampling.seed,
+            UINT64_MAX);
 }
 
 TEST(CompletionRequestTest, HostileBodiesGive400WithoutCrashing) {
   const std::string deep_open(100000, '[');
-  auto r = ParseCompletionRequestBody(deep_open, kVocab);
+  auto r = ParseCompletionRequestBody(deep_open, kCompletionVocab);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().http_status, 400);
   // Deeper than kMaxJsonDepth: refused before parsing (issue 16); below it, by the prompt parser.
   const std::string deep_prompt =
       R"({"prompt": )" + std::string(20000, '[') + std::string(20000, ']') + "}";
-  auto d = ParseCompletionRequestBody(deep_prompt, kVocab);
+  auto d = ParseCompletionRequestBody(deep_prompt, kCompletionVocab);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.error().message.find("limit of 64 levels"), std::string::npos) << d.error().message;
   const std::string nested_prompt =
       R"({"prompt": )" + std::string(60, '[') + std::string(60, ']') + "}";
-  auto n = ParseCompletionRequestBody(nested_prompt, kVocab);
+  auto n = ParseCompletionRequestBody(nested_prompt, kCompletionVocab);
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.error().param, "prompt");
   for (const char* body : {R"({"prompt": "x", "max_tokens": 1e400})", "{\"prompt\": \"\xC3\"}",
                            R"({"prompt": "x", "temperature": NaN})", "\xEF\xBB\xBF{}", "{} {}"}) {
-    auto e = ParseCompletionRequestBody(body, kVocab);
+    auto e = ParseCompletionRequestBody(body, kCompletionVocab);
     ASSERT_FALSE(e.ok()) << body;
     EXPECT_EQ(e.error().http_status, 400) << body;
   }
@@ -321,7 +322,7 @@ TEST(CompletionRequestTest, HostileBodiesGive400WithoutCrashing) {
 // ---- ToSamplingParams: the context check and the engine's params ----------------------------
 
 TEST(ToSamplingParamsTest, CopiesEveryField) {
-  CompletionRequest req = ParseOk(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5,
+  CompletionRequest req = ParseCompletionOk(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5,
     "top_p": 0.9, "top_k": 5, "min_p": 0.05, "seed": 42, "stop_token_ids": [3], "ignore_eos": true,
     "min_tokens": 2, "presence_penalty": 0.1, "frequency_penalty": 0.2, "repetition_penalty": 1.1,
     "logprobs": 3, "prompt_logprobs": 4})");
@@ -348,19 +349,19 @@ TEST(ToSamplingParamsTest, CopiesEveryField) {
                   .ok());
   // logit_bias: clamped to [-100, 100], sorted by id; "07" and "+7" are id 7, and the key that
   // sorts last ("07" > "+7") wins, whatever the body's order.
-  CompletionRequest biased = ParseOk(
+  CompletionRequest biased = ParseCompletionOk(
       R"({"prompt": "x", "logit_bias": {"8": -3, "07": 2.5, "5": 1e300, "+7": 0.5, "6": -1000}})");
   auto b = ToSamplingParams(biased.sampling, 10, 100);
   ASSERT_TRUE(b.ok());
   using Bias = std::vector<std::pair<int32_t, float>>;
   EXPECT_EQ(b->logit_bias, (Bias{{5, 100.0f}, {6, -100.0f}, {7, 2.5f}, {8, -3.0f}}));
   auto allowed = ToSamplingParams(
-      ParseOk(R"({"prompt": "x", "allowed_token_ids": [4, 2]})").sampling, 10, 100);
+      ParseCompletionOk(R"({"prompt": "x", "allowed_token_ids": [4, 2]})").sampling, 10, 100);
   ASSERT_TRUE(allowed.ok());
   EXPECT_EQ(allowed->allowed_token_ids, (std::vector<int32_t>{4, 2}));
-  EXPECT_EQ(
-      ParseOk(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})").sampling.prompt_logprobs,
-      0);  // 0 is allowed with stream (vLLM), and unused there
+  EXPECT_EQ(ParseCompletionOk(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})")
+                .sampling.prompt_logprobs,
+            0);  // 0 is allowed with stream (vLLM), and unused there
 }
 
 TEST(ToSamplingParamsTest, OverContextLengthUsesVllmMessage) {
@@ -392,7 +393,8 @@ TEST(ToSamplingParamsTest, NullMaxTokensFillsTheContext) {
 }
 
 TEST(ToSamplingParamsTest, EchoScoringIsCheckedAsZeroTokensAndAsksTheEngineForOne) {
-  SamplingFields f = ParseOk(R"({"prompt": "x", "max_tokens": 0, "echo": true})").sampling;
+  SamplingFields f =
+      ParseCompletionOk(R"({"prompt": "x", "max_tokens": 0, "echo": true})").sampling;
   auto p = ToSamplingParams(f, 99, 100);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->max_tokens, 1);

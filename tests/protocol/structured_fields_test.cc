@@ -15,7 +15,7 @@ namespace {
 
 using structured::ConstraintKind;
 
-std::optional<StructuredOutput> ParseOk(const std::string& body) {
+std::optional<StructuredOutput> ParseStructuredOk(const std::string& body) {
   std::optional<StructuredOutput> out;
   std::optional<ApiError> error = ParseStructuredOutput(nlohmann::json::parse(body), &out);
   EXPECT_FALSE(error.has_value()) << body << " -> " << (error ? error->message : "");
@@ -23,9 +23,9 @@ std::optional<StructuredOutput> ParseOk(const std::string& body) {
 }
 
 TEST(StructuredFieldsTest, NoConstraintAndTextFormatAreNone) {
-  EXPECT_FALSE(ParseOk(R"({})").has_value());
-  EXPECT_FALSE(ParseOk(R"({"response_format": {"type": "text"}})").has_value());
-  EXPECT_FALSE(ParseOk(R"({"response_format": null, "guided_json": null})").has_value());
+  EXPECT_FALSE(ParseStructuredOk(R"({})").has_value());
+  EXPECT_FALSE(ParseStructuredOk(R"({"response_format": {"type": "text"}})").has_value());
+  EXPECT_FALSE(ParseStructuredOk(R"({"response_format": null, "guided_json": null})").has_value());
 }
 
 TEST(StructuredFieldsTest, EverySpellingBecomesOneSpec) {
@@ -58,7 +58,7 @@ TEST(StructuredFieldsTest, EverySpellingBecomesOneSpec) {
        "guided_grammar"},
   };
   for (const Case& c : cases) {
-    std::optional<StructuredOutput> s = ParseOk(c.body);
+    std::optional<StructuredOutput> s = ParseStructuredOk(c.body);
     ASSERT_TRUE(s.has_value()) << c.body;
     EXPECT_EQ(s->spec.kind, c.kind) << c.body;
     EXPECT_EQ(s->spec.text, c.text) << c.body;
@@ -69,26 +69,26 @@ TEST(StructuredFieldsTest, EverySpellingBecomesOneSpec) {
 }
 
 TEST(StructuredFieldsTest, ChoicesAndWhitespace) {
-  std::optional<StructuredOutput> c = ParseOk(R"({"guided_choice": ["yes", "no", ""]})");
+  std::optional<StructuredOutput> c = ParseStructuredOk(R"({"guided_choice": ["yes", "no", ""]})");
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->spec.kind, ConstraintKind::kChoice);
   EXPECT_EQ(c->spec.choices, (std::vector<std::string>{"yes", "no", ""}));
-  c = ParseOk(R"({"structured_outputs": {"choice": ["a"]}})");
+  c = ParseStructuredOk(R"({"structured_outputs": {"choice": ["a"]}})");
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->spec.choices, std::vector<std::string>{"a"});
   EXPECT_EQ(c->param, "structured_outputs.choice");
 
-  std::optional<StructuredOutput> w =
-      ParseOk(R"({"structured_outputs": {"json_object": true, "whitespace_pattern": " ?"}})");
+  std::optional<StructuredOutput> w = ParseStructuredOk(
+      R"({"structured_outputs": {"json_object": true, "whitespace_pattern": " ?"}})");
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->spec.whitespace_pattern, std::optional<std::string>(" ?"));
-  w = ParseOk(R"({"guided_json": {}, "guided_whitespace_pattern": "[ ]*"})");
+  w = ParseStructuredOk(R"({"guided_json": {}, "guided_whitespace_pattern": "[ ]*"})");
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->spec.whitespace_pattern, std::optional<std::string>("[ ]*"));
-  w = ParseOk(R"({"structured_outputs": {"json": {}, "disable_any_whitespace": true}})");
+  w = ParseStructuredOk(R"({"structured_outputs": {"json": {}, "disable_any_whitespace": true}})");
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->spec.whitespace_pattern, std::optional<std::string>(""));
-  w = ParseOk(R"({"response_format": {"type": "json_object"},
+  w = ParseStructuredOk(R"({"response_format": {"type": "json_object"},
                   "guided_whitespace_pattern": "\n"})");
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->spec.kind, ConstraintKind::kJsonObject);

@@ -17,7 +17,7 @@ using testing::OpenAiTestServer;
 using testing::SseEvents;
 using testing::TestServerOptions;
 
-constexpr int kNumClients = 200;
+constexpr int kConcurrencyClients = 200;
 
 json Body(int i) {
   static const char* const kPrompts[] = {"Once upon a time", "Lily had a big red ball", "The cat",
@@ -27,7 +27,7 @@ json Body(int i) {
 
 TEST(OpenAiConcurrencyTest, ConcurrentStreamsEqualTheirSoloRuns) {
   TestServerOptions options;
-  options.num_threads = kNumClients + 8;
+  options.num_threads = kConcurrencyClients + 8;
   OpenAiTestServer server(options);
   // Solo runs of each distinct body.
   std::vector<std::string> solo;
@@ -38,7 +38,7 @@ TEST(OpenAiConcurrencyTest, ConcurrentStreamsEqualTheirSoloRuns) {
     solo.push_back(json::parse(res->body)["choices"][0]["text"]);
   }
   std::vector<std::future<std::string>> streams;
-  for (int i = 0; i < kNumClients; ++i) {
+  for (int i = 0; i < kConcurrencyClients; ++i) {
     streams.push_back(std::async(std::launch::async, [&server, i] {
       json body = Body(i);
       body["stream"] = true;
@@ -57,7 +57,7 @@ TEST(OpenAiConcurrencyTest, ConcurrentStreamsEqualTheirSoloRuns) {
       return finishes == 1 ? text : std::string("<finishes: ") + std::to_string(finishes) + ">";
     }));
   }
-  for (int i = 0; i < kNumClients; ++i) {
+  for (int i = 0; i < kConcurrencyClients; ++i) {
     EXPECT_EQ(streams[static_cast<size_t>(i)].get(), solo[static_cast<size_t>(i % 65)])
         << "client " << i;
   }

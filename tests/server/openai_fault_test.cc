@@ -26,7 +26,7 @@ using testing::TestServerOptions;
 
 constexpr int kNumBodies = 20;
 
-json Body(int i) {
+json FaultBody(int i) {
   // Token-id prompts: distinct, and short enough that a step holds many requests.
   return {{"prompt", json::array({1, 100 + i, 200 + 3 * i, 7 + i})},
           {"max_tokens", 12 + i % 7},
@@ -103,27 +103,27 @@ TEST(OpenAiFaultTest, FailedStepsFailExactlyTheirRequestsAndTheRestAreCorrect) {
   {
     OpenAiTestServer clean;
     for (int i = 0; i < kNumBodies; ++i) {
-      Outcome o = PostCompletion(clean, Body(i));
+      Outcome o = PostCompletion(clean, FaultBody(i));
       ASSERT_TRUE(o.ok) << o.error;
       solo.push_back(o.text);
     }
   }
   constexpr int kNumRequests = 200;
-  constexpr int kNumClients = 12;
+  constexpr int kFaultClients = 12;
   TestServerOptions options;
   options.faults.rate = 0.05;  // 5% of the steps
   options.faults.seed = 2026;
   options.faults.kind = FaultKind::kError;
   options.with_metrics = true;
-  options.num_threads = kNumClients + 8;
+  options.num_threads = kFaultClients + 8;
   options.num_kv_blocks = 32;  // preemptions too
   OpenAiTestServer server(options);
   std::vector<std::future<std::vector<std::pair<int, Outcome>>>> clients;
-  for (int c = 0; c < kNumClients; ++c) {
+  for (int c = 0; c < kFaultClients; ++c) {
     clients.push_back(std::async(std::launch::async, [&server, c] {
       std::vector<std::pair<int, Outcome>> outcomes;
-      for (int i = c; i < kNumRequests; i += kNumClients) {
-        json body = Body(i % kNumBodies);
+      for (int i = c; i < kNumRequests; i += kFaultClients) {
+        json body = FaultBody(i % kNumBodies);
         body["stream"] = i % 2 == 1;
         outcomes.emplace_back(i, PostCompletion(server, body));
       }
@@ -177,12 +177,12 @@ TEST(OpenAiFaultTest, ThrownExceptionIsA500AndTheServerKeepsServing) {
   options.faults.calls = {1};
   options.faults.kind = FaultKind::kException;
   OpenAiTestServer server(options);
-  Outcome failed = PostCompletion(server, Body(0));
+  Outcome failed = PostCompletion(server, FaultBody(0));
   EXPECT_FALSE(failed.ok);
   EXPECT_EQ(failed.error,
             "500 The request failed in the engine: INTERNAL: the executor threw an exception (its "
             "message is in the server log)");
-  Outcome next = PostCompletion(server, Body(0));
+  Outcome next = PostCompletion(server, FaultBody(0));
   EXPECT_TRUE(next.ok) << next.error;
   auto health = server.Client().Get("/health");
   ASSERT_TRUE(health);
@@ -198,7 +198,7 @@ TEST(OpenAiFaultTest, FatalErrorKillsTheEngineWithoutAHang) {
   OpenAiTestServer server(options);
   std::vector<std::future<Outcome>> in_flight;
   for (int i = 0; i < 6; ++i) {
-    json body = Body(i);
+    json body = FaultBody(i);
     body["max_tokens"] = 200;
     body["stream"] = i % 2 == 0;
     in_flight.push_back(
@@ -223,7 +223,7 @@ TEST(OpenAiFaultTest, FatalErrorKillsTheEngineWithoutAHang) {
   EXPECT_EQ(health->status, 503);
   EXPECT_NE(health->body.find("dead"), std::string::npos) << health->body;
   for (bool stream : {false, true}) {
-    json body = Body(1);
+    json body = FaultBody(1);
     body["stream"] = stream;
     auto res = client.Post("/v1/completions", body.dump(), "application/json");
     ASSERT_TRUE(res);

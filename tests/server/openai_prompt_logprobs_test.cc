@@ -31,7 +31,7 @@ const std::string kLongPrompt =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
     "One day, she saw a big red ball in the park.";
 
-json PostOk(const OpenAiTestServer& server, const json& body) {
+json PostLogprobsOk(const OpenAiTestServer& server, const json& body) {
   auto res = server.Post("/v1/completions", body);
   EXPECT_TRUE(res);
   if (!res) return json();
@@ -143,11 +143,11 @@ class PromptLogprobsHttpTest : public ::testing::Test {
 
 TEST_F(PromptLogprobsHttpTest, EchoWithLogprobsScoresThePromptAsTheReference) {
   const std::vector<std::vector<double>> golden = GoldenLogprobs();
-  const json r = PostOk(server_, {{"prompt", kPrompt},
-                                  {"max_tokens", 1},
-                                  {"temperature", 0},
-                                  {"echo", true},
-                                  {"logprobs", 5}});
+  const json r = PostLogprobsOk(server_, {{"prompt", kPrompt},
+                                          {"max_tokens", 1},
+                                          {"temperature", 0},
+                                          {"echo", true},
+                                          {"logprobs", 5}});
   const json& c = r["choices"][0];
   const std::string echo = tok().Decode(kPrompt);
   const json& lp = c["logprobs"];
@@ -197,7 +197,7 @@ TEST_F(PromptLogprobsHttpTest, StreamingAgreesWithNonStreamingForNAndSeveralProm
                      {"n", 2},
                      {"echo", true},
                      {"logprobs", 2}};
-  const json r = PostOk(server_, body);
+  const json r = PostLogprobsOk(server_, body);
   const Streamed s = PostStream(server_, body);
   ASSERT_EQ(r["choices"].size(), 4u);
   ASSERT_EQ(s.choices.size(), 4u);
@@ -241,7 +241,7 @@ TEST_F(PromptLogprobsHttpTest, EachPromptIsScoredOnceForAllItsChoices) {
                      {"echo", true},
                      {"logprobs", 1}};
   const int64_t before = server_.num_scoring_prompts();
-  const json r = PostOk(server_, body);
+  const json r = PostLogprobsOk(server_, body);
   EXPECT_EQ(server_.num_scoring_prompts() - before, 2);
   const Streamed s = PostStream(server_, body);
   EXPECT_EQ(server_.num_scoring_prompts() - before, 4);
@@ -273,8 +273,8 @@ TEST_F(PromptLogprobsHttpTest, EachPromptIsScoredOnceForAllItsChoices) {
   }
   // prompt_logprobs (not echo): every choice carries the list, scored once.
   const int64_t before_list = server_.num_scoring_prompts();
-  const json l =
-      PostOk(server_, {{"prompt", kPrompt}, {"max_tokens", 1}, {"n", 3}, {"prompt_logprobs", 2}});
+  const json l = PostLogprobsOk(
+      server_, {{"prompt", kPrompt}, {"max_tokens", 1}, {"n", 3}, {"prompt_logprobs", 2}});
   EXPECT_EQ(server_.num_scoring_prompts() - before_list, 1);
   ASSERT_EQ(l["choices"].size(), 3u);
   for (const json& c : l["choices"]) {
@@ -284,11 +284,11 @@ TEST_F(PromptLogprobsHttpTest, EachPromptIsScoredOnceForAllItsChoices) {
 }
 
 TEST_F(PromptLogprobsHttpTest, EchoAloneAndLogprobsAloneAreUnchanged) {
-  const json echo_only = PostOk(
+  const json echo_only = PostLogprobsOk(
       server_,
       {{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}, {"echo", true}});
   EXPECT_TRUE(echo_only["choices"][0]["logprobs"].is_null());
-  const json lp_only = PostOk(
+  const json lp_only = PostLogprobsOk(
       server_,
       {{"prompt", "Once upon a time"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 1}});
   const json& lp = lp_only["choices"][0]["logprobs"];
@@ -306,7 +306,7 @@ TEST_F(PromptLogprobsHttpTest, EchoAloneAndLogprobsAloneAreUnchanged) {
 
 TEST_F(PromptLogprobsHttpTest, MaxTokensZeroWithEchoScoresThePromptAlone) {
   const json body = {{"prompt", kPrompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}};
-  const json r = PostOk(server_, body);
+  const json r = PostLogprobsOk(server_, body);
   const json& c = r["choices"][0];
   const std::string echo = tok().Decode(kPrompt);
   EXPECT_EQ(c["text"], echo);
@@ -337,15 +337,15 @@ TEST_F(PromptLogprobsHttpTest, WarmPrefixCacheAndChunkedPrefillGiveTheSameValues
                      {"echo", true},
                      {"logprobs", 3}};
   ASSERT_GT(tok().Encode(kLongPrompt, true).size(), 32u);  // spans two full 16-token blocks
-  const json cold = PostOk(server_, body)["choices"][0];
+  const json cold = PostLogprobsOk(server_, body)["choices"][0];
   // The same prompt again, now in the prefix cache: every position is still scored.
-  const json warm = PostOk(server_, body)["choices"][0];
+  const json warm = PostLogprobsOk(server_, body)["choices"][0];
   EXPECT_EQ(warm["logprobs"], cold["logprobs"]);
   // Prefill in chunks of 7 tokens on another server.
   TestServerOptions options;
   options.max_num_batched_tokens = 7;
   OpenAiTestServer chunked(options);
-  const json c7 = PostOk(chunked, body)["choices"][0];
+  const json c7 = PostLogprobsOk(chunked, body)["choices"][0];
   EXPECT_EQ(c7["text"], cold["text"]);
   ExpectSameLogprobs(c7["logprobs"], cold["logprobs"], 1e-4);
   // Streamed, the echo chunk waits for the last chunk's prompt logprobs and carries them all.
@@ -361,9 +361,9 @@ TEST_F(PromptLogprobsHttpTest, WarmPrefixCacheAndChunkedPrefillGiveTheSameValues
 // token id of {logprob, rank, decoded_token}), at the top of a chat response; not with stream.
 TEST_F(PromptLogprobsHttpTest, PromptLogprobsFieldIsVllmsListForCompletionsAndChat) {
   const std::vector<std::vector<double>> golden = GoldenLogprobs();
-  const json r =
-      PostOk(server_,
-             {{"prompt", kPrompt}, {"max_tokens", 2}, {"temperature", 0}, {"prompt_logprobs", 2}});
+  const json r = PostLogprobsOk(
+      server_,
+      {{"prompt", kPrompt}, {"max_tokens", 2}, {"temperature", 0}, {"prompt_logprobs", 2}});
   const json& c = r["choices"][0];
   EXPECT_TRUE(c["logprobs"].is_null());
   EXPECT_EQ(c["text"].get<std::string>().rfind(tok().Decode(kPrompt), 0), std::string::npos);
@@ -384,19 +384,20 @@ TEST_F(PromptLogprobsHttpTest, PromptLogprobsFieldIsVllmsListForCompletionsAndCh
   }
 
   // Echo with logprobs computes them too, and vLLM sends them: the same values as the echo's.
-  const json echo = PostOk(server_, {{"prompt", kPrompt},
-                                     {"max_tokens", 1},
-                                     {"temperature", 0},
-                                     {"echo", true},
-                                     {"logprobs", 1}})["choices"][0];
+  const json echo = PostLogprobsOk(server_, {{"prompt", kPrompt},
+                                             {"max_tokens", 1},
+                                             {"temperature", 0},
+                                             {"echo", true},
+                                             {"logprobs", 1}})["choices"][0];
   ASSERT_EQ(echo["prompt_logprobs"].size(), kPrompt.size());
   for (size_t i = 1; i < kPrompt.size(); ++i) {
     EXPECT_EQ(echo["prompt_logprobs"][i][std::to_string(kPrompt[i])]["logprob"],
               echo["logprobs"]["token_logprobs"][i]);
   }
   // Without either, no prompt_logprobs key (vLLM's null is left out).
-  EXPECT_FALSE(PostOk(server_, {{"prompt", kPrompt}, {"max_tokens", 1}})["choices"][0].contains(
-      "prompt_logprobs"));
+  EXPECT_FALSE(
+      PostLogprobsOk(server_, {{"prompt", kPrompt}, {"max_tokens", 1}})["choices"][0].contains(
+          "prompt_logprobs"));
 
   // Chat: one list for the one prompt, at the top level, with n = 2; top-0 keeps the token alone.
   auto chat = server_.Post("/v1/chat/completions",

@@ -21,7 +21,7 @@ using tinyserve::testing::ReadVocabInputs;
 using tinyserve::testing::ReadVocabOutputs;
 using tinyserve::testing::SharedPath;
 
-const std::string kVocabDir = "models/llamacpp_vocab/";
+const std::string kHfVocabDir = "models/llamacpp_vocab/";
 
 std::unique_ptr<Tokenizer> LoadJson(const std::string& relative) {
   StatusOr<std::unique_ptr<Tokenizer>> tok = LoadHfTokenizerJson(SharedPath(relative));
@@ -30,8 +30,8 @@ std::unique_ptr<Tokenizer> LoadJson(const std::string& relative) {
 }
 
 void ExpectAllLines(const Tokenizer& tok, const std::string& out_file) {
-  const auto inputs = ReadVocabInputs(SharedPath(kVocabDir + "ggml-vocab-llama-spm.gguf.inp"));
-  const auto outputs = ReadVocabOutputs(SharedPath(kVocabDir + out_file));
+  const auto inputs = ReadVocabInputs(SharedPath(kHfVocabDir + "ggml-vocab-llama-spm.gguf.inp"));
+  const auto outputs = ReadVocabOutputs(SharedPath(kHfVocabDir + out_file));
   ASSERT_EQ(inputs.size(), 46u);
   ASSERT_EQ(outputs.size(), 46u);
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -120,7 +120,7 @@ void ExpectSameAsLlama2c(const std::string& bin, int32_t vocab_size,
 
 std::vector<std::string> GoldenAndVectorTexts() {
   std::vector<std::string> texts =
-      ReadVocabInputs(SharedPath(kVocabDir + "ggml-vocab-llama-spm.gguf.inp"));
+      ReadVocabInputs(SharedPath(kHfVocabDir + "ggml-vocab-llama-spm.gguf.inp"));
   const auto golden =
       nlohmann::json::parse(ReadFileBytes(SharedPath("golden/stories260K_greedy.json")));
   for (const auto& c : golden["cases"]) texts.push_back(c["prompt"]);
