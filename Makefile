@@ -4,8 +4,9 @@
 #   make test-fast   the normal build, ctest, the format check
 #   make sanitize    ASan+UBSan (all tests, -Wthread-safety) and TSan (engine, kernels, metrics,
 #                    server) in build-asan/ and build-tsan/ (scripts/sanitize.sh)
-#   make fuzz        each libFuzzer target for FUZZ_SECONDS (default 60), two at a time, in
-#                    build-fuzz/ (scripts/fuzz.sh; longer: make fuzz FUZZ_SECONDS=600); random
+#   make fuzz        each libFuzzer target for FUZZ_SECONDS (default 60), two at a time, built in
+#                    build-asan/, corpora and findings in build-fuzz/ (scripts/fuzz.sh; longer:
+#                    make fuzz FUZZ_SECONDS=600); random
 #                    seeds, but `make test` fixes FUZZ_SEED=1 so that its verdict on a commit
 #                    does not change from run to run (long random runs find the rest), and runs
 #                    each target TEST_FUZZ_SECONDS (default 30)
