@@ -43,16 +43,15 @@ for run in "${runs[@]}"; do
   case "$run" in
     asan)
       asan_configure
-      cmake --build "$ASAN_BUILD_DIR" -j"$JOBS" --target test_engine test_kernels test_models \
-        test_tokenizer test_metrics test_server test_integration test_protocol fuzz_replay \
-        test_gpu_host
+      # The test suites, the fuzz replays and the fuzz targets (../CMakeLists.txt).
+      cmake --build "$ASAN_BUILD_DIR" -j"$JOBS" --target sanitize_asan_targets
       ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
       UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j"$JOBS" -E '^(openai_npm_client|llamacpp_oracle|soak_60s|OpenAiStormTest\..*|HttpAcceptTest\..*With2000Streams|.*_NOT_BUILT)$'
       ;;
     tsan)
       clang_configure build-tsan "-fsanitize=thread"
-      cmake --build build-tsan -j"$JOBS" --target test_engine test_kernels test_metrics test_server
+      cmake --build build-tsan -j"$JOBS" --target sanitize_tsan_targets
       TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp" \
       TINYSERVE_STORM_CLIENTS=${TSAN_STORM_CLIENTS:-60} \
       TINYSERVE_BURST_REQUESTS=${TSAN_BURST_REQUESTS:-200} \
