@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "kernels/device.h"
 #include "kernels/fp8.h"
+#include "tests/sanitizer.h"
 
 namespace tinyserve {
 
@@ -32,17 +33,7 @@ inline constexpr bool kOnHostLayer = false;
 
 // True under ASan or TSan (make test's sanitizer runs), where the host layer's model-level tests
 // cut their shapes again (each kernel's awkward sizes are the kernel tests' job).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kUnderSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kUnderSanitizer = true;
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
-#else
-inline constexpr bool kUnderSanitizer = false;
-#endif
+inline constexpr bool kUnderSanitizer = testing_util::kUnderSanitizer;
 
 // A quiet NaN: outputs are poisoned with it, so an element a kernel forgets to write fails.
 inline constexpr float kNan = std::numeric_limits<float>::quiet_NaN();

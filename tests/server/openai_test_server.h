@@ -32,6 +32,7 @@
 #include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "server/http_server.h"
+#include "tests/sanitizer.h"
 
 namespace tinyserve::testing {
 
@@ -52,17 +53,7 @@ inline constexpr int64_t kServingRssGrowthBound = int64_t{64} << 20;
 // Under AddressSanitizer or ThreadSanitizer the resident set is the sanitizer's (quarantined
 // frees, shadow memory: a test's own 100,000-level strings cost 146 MB of RSS under TSan), so the
 // bound is not checked there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kRssIsTheSanitizers = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kRssIsTheSanitizers = true;
-#else
-inline constexpr bool kRssIsTheSanitizers = false;
-#endif
-#else
-inline constexpr bool kRssIsTheSanitizers = false;
-#endif
+inline constexpr bool kRssIsTheSanitizers = testing_util::kUnderSanitizer;
 
 inline const LoadedModel& Stories260K() {
   static LoadedModel* model = [] {
