@@ -496,6 +496,7 @@ class CudaBackend final : public Backend {
     a.num_kv_heads = num_kv_heads;
     a.head_dim = head_dim;
     a.out = out;
+    a.tensor_core_prefill = !batch_invariant_;  // prefill chunks on tensor cores (bf16/fp8 cache)
     const int32_t splits =
         cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim, kv_elem(),
                                     meta.max_blocks_per_seq * meta.block_size, num_sms_);

@@ -103,6 +103,13 @@ struct PagedAttentionArgs {
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float* out = nullptr;      // [num_tokens, num_heads * head_dim]
   void* out_bf16 = nullptr;  // optional __nv_bfloat16 copy of out (nearest even), for the next GEMM
+  // Allows the tensor-core prefill kernel (flash_prefill.cu) for the rows of sequences with at
+  // least kFlashMinQueryTokens query tokens, where FlashPrefillApplies (bf16 or fp8 cache, head_dim
+  // 64 or 128). Its bits are not the CUDA-core kernels' (bf16 queries and probabilities, the MMA's
+  // order): off for --batch-invariant.
+  bool tensor_core_prefill = false;
+  // Set by LaunchPagedAttention only: the CUDA-core kernels leave those rows to it.
+  bool prefill_rows_elsewhere = false;
 };
 
 // The largest head_dim the attention kernel handles.
@@ -118,6 +125,14 @@ size_t PagedAttentionScratchFloats(int32_t num_tokens, int32_t num_heads, int32_
 size_t PagedAttentionCounters(int32_t num_tokens, int32_t num_heads);
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_splits, float* scratch,
                                  int32_t* counters, cudaStream_t stream);
+
+// The tensor-core prefill attention (flash_prefill.cu): the rows of every sequence with at least
+// kFlashMinQueryTokens query tokens, when FlashPrefillApplies (args.tensor_core_prefill, a bf16 or
+// fp8 cache, head_dim 64 or 128, 16-byte aligned caches, more tokens than sequences). Launched by
+// LaunchPagedAttention; the other rows are the CUDA-core kernels'.
+constexpr int32_t kFlashMinQueryTokens = 2;
+bool FlashPrefillApplies(const PagedAttentionArgs& args);
+cudaError_t LaunchFlashPrefill(const PagedAttentionArgs& args, cudaStream_t stream);
 
 // ---- sampling (sampling.cu; the CPU twin is CpuSampler, kernels/cpu/cpu_sampler.h)
 // --------------- One sampled row's parameters (SamplingSpec + the step's output index), its lists

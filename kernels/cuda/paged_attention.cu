@@ -21,6 +21,9 @@
 //     at once and the fold stops at the row's last split, so a grid sized for the widest table
 //     (CUDA graph replays) is valid. A row of one split is written by its block directly, as in
 //     the one-block shape.
+// With PagedAttentionArgs::tensor_core_prefill, the rows of sequences with several query tokens
+// (prefill chunks) go to the tensor-core kernel of flash_prefill.cu instead, where it applies;
+// LaunchPagedAttention launches both and each kernel skips the other's rows.
 // AttendSplit and FoldSplit are __noinline__ so both shapes run the same code for them, and the
 // fold's arithmetic is written with _rn intrinsics (never contracted). So a row's output is bitwise
 // the same whatever else is in the batch and whichever shape the host picks
@@ -69,6 +72,14 @@ __device__ __forceinline__ size_t TableStride(const PagedAttentionArgs& a) {
 __device__ __forceinline__ void StoreOut(const PagedAttentionArgs& a, size_t i, float o) {
   a.out[i] = o;
   if (a.out_bf16 != nullptr) static_cast<__nv_bfloat16*>(a.out_bf16)[i] = __float2bfloat16_rn(o);
+}
+
+// True when token t's row is the tensor-core prefill kernel's (flash_prefill.cu): its sequence has
+// at least kFlashMinQueryTokens query tokens and the launch handed those rows over.
+__device__ __forceinline__ bool LeftToFlashPrefill(const PagedAttentionArgs& a, int32_t t) {
+  if (!a.prefill_rows_elsewhere) return false;
+  const int32_t s = SequenceOf(a.query_start, a.num_seqs, t);
+  return a.query_start[s + 1] - a.query_start[s] >= kFlashMinQueryTokens;
 }
 
 __device__ __forceinline__ int32_t NumSplits(int32_t len) {
@@ -240,7 +251,7 @@ __global__ void __launch_bounds__(kVecThreads)
   const int32_t row_splits = (len + kVecSplit - 1) / kVecSplit;
   const int32_t first = grid_splits == 1 ? 0 : z;
   const int32_t last = grid_splits == 1 ? row_splits : min(z + 1, row_splits);  // exclusive
-  if (first >= last) return;
+  if (first >= last || LeftToFlashPrefill(a, t)) return;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   constexpr int kVec = KvVector<KV>::kElems;
@@ -473,7 +484,8 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
   const int32_t row_splits = NumSplits(len);
   const int32_t first = grid_splits == 1 ? 0 : z;
   const int32_t last = grid_splits == 1 ? row_splits : min(z + 1, row_splits);  // exclusive
-  if (first >= last) return;  // past this row's context: the fold below never reads it
+  // Past this row's context (the fold below never reads it), or not this kernel's row.
+  if (first >= last || LeftToFlashPrefill(a, t)) return;
   const size_t row = static_cast<size_t>(t) * a.num_heads + h;  // (token, head)
 
   if (tid == 0) seq_shared = SequenceOf(a.query_start, a.num_seqs, t);
@@ -559,14 +571,17 @@ size_t PagedAttentionCounters(int32_t num_tokens, int32_t num_heads) {
   return static_cast<size_t>(num_tokens) * num_heads;
 }
 
-cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits, float* scratch,
+cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_splits, float* scratch,
                                  int32_t* counters, cudaStream_t stream) {
-  if (a.num_tokens <= 0) return cudaSuccess;
-  if (a.head_dim <= 0 || a.head_dim > kMaxAttentionHeadDim || num_splits < 1 ||
-      num_splits > 65535 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-      a.num_heads > 65535 || a.num_tokens > 65535) {
+  if (args.num_tokens <= 0) return cudaSuccess;
+  if (args.head_dim <= 0 || args.head_dim > kMaxAttentionHeadDim || num_splits < 1 ||
+      num_splits > 65535 || args.num_kv_heads <= 0 || args.num_heads % args.num_kv_heads != 0 ||
+      args.num_heads > 65535 || args.num_tokens > 65535) {
     return cudaErrorInvalidValue;
   }
+  const bool flash = FlashPrefillApplies(args);
+  PagedAttentionArgs a = args;
+  a.prefill_rows_elsewhere = flash;
   const bool vec = UsesVecKernel(a.head_dim, a.kv, a.k_cache, a.v_cache);
   const int32_t split = SplitLength(vec);
   // One block per split needs a block for every split of the widest table (1: one per row).
@@ -618,7 +633,9 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, int32_t num_splits
                   counters);
     }
   }
-  return cudaGetLastError();
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess || !flash) return launched;
+  return LaunchFlashPrefill(a, stream);
 }
 
 }  // namespace tinyserve::cuda

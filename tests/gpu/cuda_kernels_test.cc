@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "kernels/cuda/ops.h"
+#include "tests/gpu/flash_prefill_twin.h"
 #include "tests/gpu/gpu_test_util.h"
 #ifdef TINYSERVE_GPU_HOST
 #include "tests/gpu_host/executor.h"
@@ -377,17 +378,24 @@ class CudaAttentionTest : public CudaKernelTest,
  protected:
   // The CPU's fp32 cache against the CUDA backend's cache of `kv` elements (bf16 or fp8: written
   // by its WriteKvCache from the same fp32 rows, and the CPU given those rows rounded to `kv`).
-  void CheckAgainstTheCpu(DType kv);
+  void CheckAgainstTheCpu(DType kv, bool batch_invariant = false);
 };
 
+// On bf16 and fp8 caches the prefill rows (sequences of 2 or more query tokens) of head_dim 64 and
+// 128 run the tensor-core kernel (flash_prefill.cu) unless --batch-invariant: those rows are held
+// to its twin (FlashPrefillTwin: bit for bit on the host execution layer) and to the fp32 CPU
+// within the bf16 rounding of queries and probabilities; every other row to the CPU as before.
 TEST_P(CudaAttentionTest, MatchesTheCpu) { CheckAgainstTheCpu(DType::kFloat32); }
 TEST_P(CudaAttentionTest, MatchesTheCpuOnABf16Cache) { CheckAgainstTheCpu(DType::kBFloat16); }
 TEST_P(CudaAttentionTest, MatchesTheCpuOnAnFp8Cache) { CheckAgainstTheCpu(DType::kFp8E4m3); }
+TEST_P(CudaAttentionTest, MatchesTheCpuOnABf16CacheWhenBatchInvariant) {
+  CheckAgainstTheCpu(DType::kBFloat16, /*batch_invariant=*/true);
+}
 
-void CudaAttentionTest::CheckAgainstTheCpu(DType kv) {
+void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant) {
   const bool narrow_cache = kv != DType::kFloat32;
   if (narrow_cache) {
-    gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, kv);
+    gpu_ = MakeCudaBackend(DType::kFloat32, batch_invariant, kv);
     ASSERT_NE(gpu_, nullptr);
     ASSERT_EQ(gpu_->kv_cache_dtype(), kv);
   }
@@ -438,7 +446,9 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv) {
     // kc.g holds the rounded rows; writing them to the cache is exact, as from the unrounded ones.
     ASSERT_TRUE(gpu_->Synchronize().ok());
   }
-  Twin q = Put(Random(rng, static_cast<size_t>(num_tokens) * q_stride, -2.0f, 2.0f));
+  const std::vector<float> qh =
+      Random(rng, static_cast<size_t>(num_tokens) * q_stride, -2.0f, 2.0f);
+  Twin q = Put(qh);
   Twin d_pos = Put(positions), d_qs = Put(query_start), d_tables = Put(tables);
   Twin out = Poisoned(static_cast<size_t>(num_tokens) * c.num_heads * hd);
   for (Backend* b : {cpu_.get(), gpu_.get()}) {
@@ -456,7 +466,122 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv) {
     b->PagedAttention(on_cpu ? q.c<float>() : q.g<float>(), q_stride, k, v, meta, c.num_heads,
                       c.num_kv_heads, hd, on_cpu ? out.c<float>() : out.g<float>());
   }
-  EXPECT_TRUE(Close(FromGpu(out), FromCpu(out), 2e-5, 1e-4));
+  const std::vector<float> got = FromGpu(out), want = FromCpu(out);
+  const bool flash =
+      narrow_cache && !batch_invariant && (hd == 64 || hd == 128) && num_tokens > num_seqs;
+  if (!flash) {
+    EXPECT_TRUE(Close(got, want, 2e-5, 1e-4));
+    return;
+  }
+  std::vector<float> twin(got.size(), kNan);
+  FlashPrefillTwin(qh, q_stride, round(kh), round(vh), positions, query_start, tables, max_blocks,
+                   bs, c.num_heads, c.num_kv_heads, hd, &twin);
+  // Split the rows: the tensor-core kernel's (prefill) and the CUDA-core kernels' (decode).
+  const size_t row = static_cast<size_t>(c.num_heads) * hd;
+  std::vector<float> got_tc, want_tc, twin_tc, got_cc, want_cc;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const bool tc = query_start[s + 1] - query_start[s] >= kFlashTwinMinQuery;
+    for (size_t i = query_start[s] * row; i < query_start[s + 1] * row; ++i) {
+      (tc ? got_tc : got_cc).push_back(got[i]);
+      (tc ? want_tc : want_cc).push_back(want[i]);
+      if (tc) twin_tc.push_back(twin[i]);
+    }
+  }
+  EXPECT_TRUE(Close(got_cc, want_cc, 2e-5, 1e-4));
+  if (kOnHostLayer) {
+    EXPECT_TRUE(Bitwise(got_tc, twin_tc));
+  } else {  // exp2f and the MMA's order: a probability may round to the next bf16 (2^-8 of it)
+    EXPECT_TRUE(Close(got_tc, twin_tc, 4e-3, 0.0));
+  }
+  EXPECT_TRUE(Close(got_tc, want_tc, 1e-2, 0.0));
+}
+
+// The tensor-core prefill kernel (bf16 cache, head_dim 64, GQA 2:1, block size 16): a prompt row's
+// bits do not depend on how the prompt is chunked (one chunk of 150; 37 + 113; 148 + 2), on the
+// other sequences of the step (a decode row before it, another prompt after it) or on the query
+// tile it falls in; and a decode row in a mixed step keeps the CUDA-core kernel's bits it has
+// alone.
+TEST_F(CudaKernelTest, TensorCorePrefillRowsAreTheSameHoweverThePromptIsChunkedOrBatched) {
+  gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, DType::kBFloat16);
+  ASSERT_NE(gpu_, nullptr);
+  constexpr int32_t kBs = 16, kHeads = 4, kKvHeads = 2, kHd = 64, kLen = 150;
+  constexpr int32_t kKvWidth = kKvHeads * kHd, kQStride = kHeads * kHd;
+  constexpr int32_t kBlocks = 24;  // A: 10 blocks (150), B: 5 (71), C: 2 (20); shuffled
+  std::mt19937 rng(17);
+  std::vector<int32_t> order(kBlocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  // Sequence tables (width 10): A, B, C.
+  const std::vector<int32_t> table_a(order.begin(), order.begin() + 10);
+  std::vector<int32_t> table_b(order.begin() + 10, order.begin() + 15);
+  std::vector<int32_t> table_c(order.begin() + 15, order.begin() + 17);
+  table_b.resize(10, -1);
+  table_c.resize(10, -1);
+  const size_t cache = static_cast<size_t>(kBlocks) * kBs * kKvWidth;
+  // Every slot written through WriteKvCache (rounded to bf16 there).
+  DeviceBuffer k16(gpu_.get(), cache * 2), v16(gpu_.get(), cache * 2);
+  {
+    std::vector<int64_t> slots(kBlocks * kBs);
+    std::iota(slots.begin(), slots.end(), 0);
+    Twin d_slots = Put(slots), kh = Put(Random(rng, cache)), vh = Put(Random(rng, cache));
+    gpu_->WriteKvCache(kh.g<float>(), vh.g<float>(), kKvWidth, d_slots.g<int64_t>(), kBlocks * kBs,
+                       kKvWidth, k16.as<void>(), v16.as<void>());
+  }
+  // Queries of every position of A (0..149), B's decode row (position 70), C (positions 0..19).
+  const std::vector<float> qa = Random(rng, static_cast<size_t>(kLen) * kQStride, -2.0f, 2.0f);
+  const std::vector<float> qb = Random(rng, kQStride, -2.0f, 2.0f);
+  const std::vector<float> qc = Random(rng, static_cast<size_t>(20) * kQStride, -2.0f, 2.0f);
+  struct Part {
+    const std::vector<int32_t>* table;
+    const std::vector<float>* q;
+    int32_t first, count;  // positions first .. first + count - 1 (rows of q at those positions)
+  };
+  // One PagedAttention call over `parts` (one sequence each); returns each part's output rows.
+  auto run = [&](const std::vector<Part>& parts) {
+    std::vector<float> q;
+    std::vector<int32_t> positions, query_start = {0}, tables;
+    for (const Part& p : parts) {
+      const size_t pos0 = p.q == &qb ? 0 : static_cast<size_t>(p.first);
+      q.insert(q.end(), p.q->begin() + pos0 * kQStride, p.q->begin() + (pos0 + p.count) * kQStride);
+      for (int32_t i = 0; i < p.count; ++i) positions.push_back(p.first + i);
+      query_start.push_back(query_start.back() + p.count);
+      tables.insert(tables.end(), p.table->begin(), p.table->end());
+    }
+    const int32_t n = query_start.back();
+    Twin d_q = Put(q), d_pos = Put(positions), d_qs = Put(query_start), d_t = Put(tables);
+    Twin out = Poisoned(static_cast<size_t>(n) * kQStride);
+    AttentionMetadata meta;
+    meta.num_tokens = n;
+    meta.num_seqs = static_cast<int32_t>(parts.size());
+    meta.positions = d_pos.g<int32_t>();
+    meta.query_start = d_qs.g<int32_t>();
+    meta.block_tables = d_t.g<int32_t>();
+    meta.max_blocks_per_seq = 10;
+    meta.block_size = kBs;
+    gpu_->PagedAttention(d_q.g<float>(), kQStride, k16.as<void>(), v16.as<void>(), meta, kHeads,
+                         kKvHeads, kHd, out.g<float>());
+    const std::vector<float> all = FromGpu(out);
+    std::vector<std::vector<float>> rows;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      rows.emplace_back(all.begin() + query_start[i] * kQStride,
+                        all.begin() + query_start[i + 1] * kQStride);
+    }
+    return rows;
+  };
+  auto slice = [](const std::vector<float>& rows, int32_t from, int32_t to) {
+    return std::vector<float>(rows.begin() + static_cast<size_t>(from) * kQStride,
+                              rows.begin() + static_cast<size_t>(to) * kQStride);
+  };
+  const std::vector<float> whole = run({{&table_a, &qa, 0, kLen}})[0];
+  EXPECT_TRUE(Bitwise(run({{&table_a, &qa, 0, 37}})[0], slice(whole, 0, 37)));
+  EXPECT_TRUE(Bitwise(run({{&table_a, &qa, 37, kLen - 37}})[0], slice(whole, 37, kLen)));
+  EXPECT_TRUE(Bitwise(run({{&table_a, &qa, 148, 2}})[0], slice(whole, 148, kLen)));
+  const std::vector<float> b_alone = run({{&table_b, &qb, 70, 1}})[0];
+  const auto mixed =
+      run({{&table_b, &qb, 70, 1}, {&table_a, &qa, 37, kLen - 37}, {&table_c, &qc, 0, 20}});
+  EXPECT_TRUE(Bitwise(mixed[0], b_alone));
+  EXPECT_TRUE(Bitwise(mixed[1], slice(whole, 37, kLen)));
+  EXPECT_TRUE(Bitwise(mixed[2], run({{&table_c, &qc, 0, 20}})[0]));
 }
 
 std::vector<std::pair<int32_t, int32_t>> DecodeBatch(int32_t n, int32_t max_ctx, uint32_t seed) {
