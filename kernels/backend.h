@@ -89,6 +89,14 @@ struct StepLimits {
   int32_t max_top_logprobs = 0;  // top logprobs a sampled row may ask for (the API's cap)
 };
 
+// Per-tensor scales of an fp8 KV cache (vLLM's `k_scale` / `v_scale`, read from a checkpoint's
+// `self_attn.k_scale` / `v_scale`): the cache holds e4m3(x / scale) and attention reads value *
+// scale. 1.0 (the default, vLLM's without calibrated scales) leaves every bit as it was; caches of
+// other dtypes ignore them, as vLLM's do.
+struct KvScales {
+  float k = 1.0f, v = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -246,9 +254,11 @@ class Backend {
 
   // Writes each token's K and V row into the cache at its slot; slot -1 is skipped.
   // k, v [n, kv_width] with row stride `stride`; slots [n] int64; caches as in the file comment.
-  // The caches hold kv_cache_dtype() values (bf16: rounded to nearest even; fp8: FloatToE4m3).
+  // The caches hold kv_cache_dtype() values (bf16: rounded to nearest even; fp8: FloatToE4m3 of
+  // the value divided by its scale).
   virtual void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
-                            int32_t n, int32_t kv_width, void* k_cache, void* v_cache) = 0;
+                            int32_t n, int32_t kv_width, void* k_cache, void* v_cache,
+                            KvScales scales = {}) = 0;
 
   // Rope on q and k, then WriteKvCache of the rotated k and of v (rows of `stride` floats, kv width
   // num_kv_heads * head_dim): what a layer does before attention, which a backend may fuse (CUDA:
@@ -257,19 +267,20 @@ class Backend {
                                    const int32_t* positions, const int64_t* slots, int32_t n,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                    const float* inv_freq, RopeStyle style, void* k_cache,
-                                   void* v_cache) {
+                                   void* v_cache, KvScales scales = {}) {
     Rope(q, stride, k, stride, positions, n, num_heads, num_kv_heads, head_dim, inv_freq, style);
-    WriteKvCache(k, v, stride, slots, n, num_kv_heads * head_dim, k_cache, v_cache);
+    WriteKvCache(k, v, stride, slots, n, num_kv_heads * head_dim, k_cache, v_cache, scales);
   }
 
   // Causal paged attention: query token t of sequence s attends to positions [0, positions[t]] of
   // s through s's block table (prefill chunks over a cached prefix and decode alike). GQA: query
   // head h reads kv head h / (num_heads / num_kv_heads). Scale 1/sqrt(head_dim).
   // q [num_tokens, num_heads, head_dim] with row stride `q_stride`; out [num_tokens, num_heads *
-  // head_dim] contiguous.
+  // head_dim] contiguous. An fp8 cache's values are multiplied by `scales` (see KvScales).
   virtual void PagedAttention(const float* q, int32_t q_stride, const void* k_cache,
                               const void* v_cache, const AttentionMetadata& meta, int32_t num_heads,
-                              int32_t num_kv_heads, int32_t head_dim, float* out) = 0;
+                              int32_t num_kv_heads, int32_t head_dim, float* out,
+                              KvScales scales = {}) = 0;
 
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, hidden + i].  gate_up [n, 2*hidden], out [n,
   // hidden].

@@ -1,11 +1,13 @@
 #include "models/hf_model.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "models/safetensors.h"
 
@@ -180,9 +182,32 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
     expected.push_back({"lm_head.weight", {vocab, dim}, w->classifier.data()});
   }
 
+  // Optional: the fp8 KV cache's per-tensor scales of each layer (vLLM's names: k_scale and
+  // v_scale, or one kv_scale for both, as older checkpoints have), each one positive finite number.
+  struct Scale {
+    std::string name;
+    float* dst;
+  };
+  std::vector<Scale> scales;
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    LlamaLayerWeights& L = w->layers[l];
+    scales.push_back({LayerName(l, "self_attn.kv_scale"), &L.k_scale});
+    scales.push_back({LayerName(l, "self_attn.kv_scale"), &L.v_scale});
+    scales.push_back({LayerName(l, "self_attn.k_scale"), &L.k_scale});
+    scales.push_back({LayerName(l, "self_attn.v_scale"), &L.v_scale});
+  }
+
   // Check everything first, so one error names every problem.
   std::vector<std::string> problems;
   std::set<std::string> wanted;
+  for (const Scale& s : scales) {
+    const auto it = ckpt->tensors.find(s.name);
+    if (it == ckpt->tensors.end() || !wanted.insert(s.name).second) continue;
+    const std::vector<int64_t>& shape = it->second.second->shape;
+    if (!(shape.empty() || (shape.size() == 1 && shape[0] == 1))) {
+      problems.push_back(s.name + " has shape " + ShapeString(shape) + ", want one value");
+    }
+  }
   for (const Expected& e : expected) {
     wanted.insert(e.name);
     const auto it = ckpt->tensors.find(e.name);
@@ -210,6 +235,15 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
     const auto& [file, tensor] = ckpt->tensors.at(e.name);
     file->ReadF32(*tensor, e.dst);
     file->ReleasePages(*tensor);
+  }
+  for (const Scale& s : scales) {  // kv_scale first, so a layer's k_scale / v_scale win
+    const auto it = ckpt->tensors.find(s.name);
+    if (it == ckpt->tensors.end()) continue;
+    it->second.first->ReadF32(*it->second.second, s.dst);
+    if (!(std::isfinite(*s.dst) && *s.dst > 0.0f)) {
+      return InvalidArgument(dir + ": " + s.name + " is " + std::to_string(*s.dst) +
+                             ", want a positive finite scale");
+    }
   }
   return w;
 }
@@ -276,6 +310,13 @@ Status WriteHfModel(const LlamaWeights& weights, const std::string& architecture
                                        L.w13.data() + hidden * dim));
     tensors.push_back(
         TensorFromFloats(LayerName(l, "mlp.down_proj.weight"), {dim, hidden}, L.w2.data()));
+    if (L.k_scale != 1.0f || L.v_scale != 1.0f) {  // fp8 KV-cache scales, as fp32 scalars
+      for (const auto& [name, value] : {std::pair{"self_attn.k_scale", &L.k_scale},
+                                        std::pair{"self_attn.v_scale", &L.v_scale}}) {
+        tensors.push_back(TensorFromFloats(LayerName(l, name), {}, value));
+        tensors.back().dtype = TensorDtype::kF32;
+      }
+    }
   }
   tensors.push_back(TensorFromFloats("model.norm.weight", {dim}, weights.final_norm.data()));
   if (!c.shared_classifier) {

@@ -39,6 +39,9 @@ struct LlamaLayerWeights {
   std::vector<float> w2;         // [dim, hidden_dim] (down)
   // When the file's weights are quantized, these hold them and the fp32 vectors above are empty.
   QuantizedMatrix q_wqkv, q_wo, q_w13, q_w2;
+  // The fp8 KV cache's per-tensor scales (a checkpoint's self_attn.k_scale / v_scale; KvScales in
+  // kernels/backend.h): 1.0 when the checkpoint has none. Other cache dtypes ignore them.
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 struct LlamaWeights {

@@ -161,7 +161,8 @@ Status ModelRunner::Init() {
                 UploadMatrix(lw.w13, lw.q_w13, 2 * c.hidden_dim, c.dim),
                 UploadMatrix(lw.w2, lw.q_w2, c.dim, c.hidden_dim),
                 nullptr,
-                nullptr};
+                nullptr,
+                KvScales{lw.k_scale, lw.v_scale}};
     if (!p.attn_norm || !p.wqkv.data || (has_bias && !p.bqkv) || !p.wo.data || !p.ffn_norm ||
         !p.w13.data || !p.w2.data) {
       return ResourceExhausted("out of device memory uploading layer " + std::to_string(l));
@@ -607,9 +608,9 @@ void ModelRunner::Forward(const StepInputs& in) {
     float* v = qkv + q_dim + kv_dim;
     b.RopeAndWriteKvCache(q, k, v, qkv_width, in.meta.positions, in.slots, n, c.num_heads,
                           c.num_kv_heads, c.head_dim, rope_inv_freq_, c.rope_style, L.k_cache,
-                          L.v_cache);
+                          L.v_cache, L.kv_scales);
     b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
-                     c.head_dim, att);
+                     c.head_dim, att, L.kv_scales);
     b.Linear(att, L.wo, n, dim, q_dim, delta);
     b.AddRmsNorm(x, delta, L.ffn_norm, n, dim, c.rms_norm_eps, xb);
     // Feed-forward block.

@@ -115,6 +115,7 @@ class ModelRunner final : public ModelExecutor {
     WeightRef w2;
     void* k_cache;  // Backend::kv_cache_dtype() elements
     void* v_cache;
+    KvScales kv_scales;  // the fp8 cache's per-tensor scales (LlamaLayerWeights)
   };
   // Device inputs of one forward pass.
   struct StepInputs {

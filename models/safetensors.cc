@@ -202,8 +202,9 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsWr
     int64_t count = 1;
     for (int64_t d : t.shape) count *= d;
     counts.push_back(count);
-    const uint64_t bytes = static_cast<uint64_t>(count) * TensorDtypeBytes(dtype);
-    header[t.name] = {{"dtype", TensorDtypeName(dtype)},
+    const TensorDtype td = t.dtype.value_or(dtype);
+    const uint64_t bytes = static_cast<uint64_t>(count) * TensorDtypeBytes(td);
+    header[t.name] = {{"dtype", TensorDtypeName(td)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -224,8 +225,9 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsWr
       const int64_t n = std::min(kChunk, counts[i] - begin);
       chunk.resize(n);
       tensors[i].fill(begin, n, chunk.data());
-      bytes.resize(static_cast<size_t>(n * TensorDtypeBytes(dtype)));
-      ConvertFromF32(dtype, chunk.data(), n, bytes.data());
+      const TensorDtype td = tensors[i].dtype.value_or(dtype);
+      bytes.resize(static_cast<size_t>(n * TensorDtypeBytes(td)));
+      ConvertFromF32(td, chunk.data(), n, bytes.data());
       out.write(reinterpret_cast<const char*>(bytes.data()),
                 static_cast<std::streamsize>(bytes.size()));
     }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -79,6 +80,8 @@ struct SafetensorsWriteTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::function<void(int64_t begin, int64_t count, float* out)> fill;
+  // Written as this dtype rather than the file's (scales stay fp32 in a bf16 checkpoint).
+  std::optional<TensorDtype> dtype = std::nullopt;
 };
 
 // A tensor whose fp32 values are in memory: `data` must outlive the write.

@@ -482,7 +482,8 @@ class CpuBackend final : public Backend {
   }
 
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
-                    int32_t kv_width, void* k_cache_raw, void* v_cache_raw) override {
+                    int32_t kv_width, void* k_cache_raw, void* v_cache_raw,
+                    KvScales /*scales: the CPU has no fp8 cache*/) override {
     // Rows are independent (a slot is written by one token): a prefill's rows shared out.
     For(static_cast<int64_t>(n) * kv_width > 65536, n, [&](int64_t t) {
       const int64_t slot = slots[t];
@@ -507,7 +508,7 @@ class CpuBackend final : public Backend {
 
   void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
                       const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
-                      int32_t head_dim, float* out) override {
+                      int32_t head_dim, float* out, KvScales /*scales: no fp8 cache*/) override {
     if (kv_dtype_ == DType::kBFloat16) {
       Attend(q, q_stride, static_cast<const Bf16Bits*>(k_cache),
              static_cast<const Bf16Bits*>(v_cache), meta, num_heads, num_kv_heads, head_dim, out);

@@ -310,6 +310,8 @@ class CudaBackend final : public Backend {
            : kv_dtype_ == DType::kFp8E4m3 ? cuda::KvElem::kFp8
                                           : cuda::KvElem::kF32;
   }
+  // The scales the kernels apply: an fp8 cache's; 1.0 for other caches (which ignore them).
+  KvScales ScalesFor(KvScales s) const { return kv_dtype_ == DType::kFp8E4m3 ? s : KvScales{}; }
 
   WeightRef UploadWeight(const float* host, size_t count) override {
     if (dtype_ == DType::kFloat32) return Backend::UploadWeight(host, count);
@@ -460,25 +462,30 @@ class CudaBackend final : public Backend {
           "Rope");
   }
   void WriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots, int32_t n,
-                    int32_t kv_width, void* k_cache, void* v_cache) override {
+                    int32_t kv_width, void* k_cache, void* v_cache, KvScales scales) override {
+    scales = ScalesFor(scales);
     Check(cuda::LaunchWriteKvCache(k, v, stride, slots, n, kv_width, kv_elem(), k_cache, v_cache,
-                                   stream_),
+                                   scales.k, scales.v, stream_),
           "WriteKvCache");
   }
   void RopeAndWriteKvCache(float* q, float* k, const float* v, int32_t stride,
                            const int32_t* positions, const int64_t* slots, int32_t n,
                            int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                           const float* inv_freq, RopeStyle style, void* k_cache,
-                           void* v_cache) override {
+                           const float* inv_freq, RopeStyle style, void* k_cache, void* v_cache,
+                           KvScales scales) override {
+    scales = ScalesFor(scales);
     Check(cuda::LaunchRopeWriteKvCache(q, k, v, stride, positions, slots, n, num_heads,
                                        num_kv_heads, head_dim, inv_freq, style == RopeStyle::kNeox,
-                                       kv_elem(), k_cache, v_cache, stream_),
+                                       kv_elem(), k_cache, v_cache, scales.k, scales.v, stream_),
           "RopeWriteKvCache");
   }
   void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
                       const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
-                      int32_t head_dim, float* out) override {
+                      int32_t head_dim, float* out, KvScales scales) override {
     cuda::PagedAttentionArgs a;
+    scales = ScalesFor(scales);
+    a.k_scale = scales.k;
+    a.v_scale = scales.v;
     a.q = q;
     a.q_stride = q_stride;
     a.k_cache = k_cache;

@@ -100,21 +100,27 @@ __global__ void RopeKernel(float* q, int32_t q_stride, float* k, int32_t k_strid
 }
 
 // One block per token.
-__device__ __forceinline__ void StoreKv(float* p, float v) { *p = v; }
-__device__ __forceinline__ void StoreKv(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void StoreKv(Fp8E4m3* p, float v) { p->bits = FloatToE4m3(v); }
+// One cache element from v: fp32 as it is, bf16 rounded to nearest even, fp8 e4m3 of v / scale
+// (the cache's per-tensor scale; the other dtypes have none).
+__device__ __forceinline__ void StoreKv(float* p, float v, float) { *p = v; }
+__device__ __forceinline__ void StoreKv(__nv_bfloat16* p, float v, float) {
+  *p = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void StoreKv(Fp8E4m3* p, float v, float scale) {
+  p->bits = FloatToE4m3(__fdiv_rn(v, scale));
+}
 
-// KV: float or __nv_bfloat16 (rounded to nearest even).
+// KV: float, __nv_bfloat16 or Fp8E4m3 (StoreKv).
 template <typename KV>
 __global__ void WriteKvCacheKernel(const float* k, const float* v, int32_t stride,
-                                   const int64_t* slots, int32_t kv_width, KV* k_cache,
-                                   KV* v_cache) {
+                                   const int64_t* slots, int32_t kv_width, KV* k_cache, KV* v_cache,
+                                   float k_scale, float v_scale) {
   const size_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0) return;  // padding row
   for (int32_t j = threadIdx.x; j < kv_width; j += blockDim.x) {
-    StoreKv(k_cache + slot * kv_width + j, k[t * stride + j]);
-    StoreKv(v_cache + slot * kv_width + j, v[t * stride + j]);
+    StoreKv(k_cache + slot * kv_width + j, k[t * stride + j], k_scale);
+    StoreKv(v_cache + slot * kv_width + j, v[t * stride + j], v_scale);
   }
 }
 
@@ -200,7 +206,8 @@ template <typename KV>
 __global__ void RopeWriteKvCacheKernel(float* q, float* k, const float* v, int32_t stride,
                                        const int32_t* positions, const int64_t* slots,
                                        int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
-                                       const float* inv_freq, bool neox, KV* k_cache, KV* v_cache) {
+                                       const float* inv_freq, bool neox, KV* k_cache, KV* v_cache,
+                                       float k_scale, float v_scale) {
   const size_t t = blockIdx.x;
   const int32_t half = head_dim / 2, kv_width = num_kv_heads * head_dim;
   const float pos = static_cast<float>(positions[t]);
@@ -215,13 +222,13 @@ __global__ void RopeWriteKvCacheKernel(float* q, float* k, const float* v, int32
     RotatePair(head, pos, i, half, inv_freq, neox, &a, &b);
     if (is_key && slot >= 0) {
       KV* row = k_cache + slot * kv_width + (h - num_heads) * head_dim;
-      StoreKv(row + a, head[a]);
-      StoreKv(row + b, head[b]);
+      StoreKv(row + a, head[a], k_scale);
+      StoreKv(row + b, head[b], k_scale);
     }
   }
   if (slot < 0) return;  // padding row: nothing is written
   for (int32_t j = threadIdx.x; j < kv_width; j += blockDim.x) {
-    StoreKv(v_cache + slot * kv_width + j, v[t * stride + j]);
+    StoreKv(v_cache + slot * kv_width + j, v[t * stride + j], v_scale);
   }
 }
 
@@ -246,12 +253,13 @@ cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t s
                                    const int32_t* positions, const int64_t* slots, int32_t n,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                    const float* inv_freq, bool neox, KvElem kv, void* k_cache,
-                                   void* v_cache, cudaStream_t stream) {
+                                   void* v_cache, float k_scale, float v_scale,
+                                   cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   auto launch = [&](auto* kc, auto* vc) {
     using KV = std::remove_pointer_t<decltype(kc)>;
     TS_LAUNCH(RopeWriteKvCacheKernel<KV>, n, 128, 0, stream, q, k, v, stride, positions, slots,
-              num_heads, num_kv_heads, head_dim, inv_freq, neox, kc, vc);
+              num_heads, num_kv_heads, head_dim, inv_freq, neox, kc, vc, k_scale, v_scale);
   };
   WithKvCaches(kv, k_cache, v_cache, launch);
   return cudaGetLastError();
@@ -259,12 +267,12 @@ cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t s
 
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
                                int32_t n, int32_t kv_width, KvElem kv, void* k_cache, void* v_cache,
-                               cudaStream_t stream) {
+                               float k_scale, float v_scale, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   auto launch = [&](auto* kc, auto* vc) {
     using KV = std::remove_pointer_t<decltype(kc)>;
     TS_LAUNCH(WriteKvCacheKernel<KV>, n, kRowThreads, 0, stream, k, v, stride, slots, kv_width, kc,
-              vc);
+              vc, k_scale, v_scale);
   };
   WithKvCaches(kv, k_cache, v_cache, launch);
   return cudaGetLastError();

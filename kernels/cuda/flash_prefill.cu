@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(kFlashThreads) FlashPrefillKernel(PagedAttenti
       for (int j = 0; j < kFlashKeys / 8; ++j) {
         for (int e = 0; e < 2; ++e) {
           const int32_t key = j0 + 8 * j + 2 * t4 + e;
-          const float x = key <= row_pos[r] ? s[j][2 * r + e] * scale_log2 : -INFINITY;
+          const float x =
+              key <= row_pos[r] ? __fmul_rn(s[j][2 * r + e], a.k_scale) * scale_log2 : -INFINITY;
           s[j][2 * r + e] = x;
           mx = fmaxf(mx, x);
         }
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(kFlashThreads) FlashPrefillKernel(PagedAttenti
     for (int j = 0; j < HD / 8; ++j) {
       for (int e = 0; e < 2; ++e) {
         const size_t i = base + 8 * j + e;
-        const float x = o[j][2 * r + e] / l;
+        const float x = __fmul_rn(o[j][2 * r + e] / l, a.v_scale);
         a.out[i] = x;
         if (a.out_bf16 != nullptr)
           static_cast<__nv_bfloat16*>(a.out_bf16)[i] = __float2bfloat16_rn(x);

@@ -13,17 +13,13 @@
 // in fp32; the order in which the hardware sums the 16 products and c is not specified, so results
 // are compared with a tolerance. On the host execution layer (tests/gpu_host) the same layouts are
 // exchanged with warp shuffles and each element is summed as c + a0 b0 + a1 b1 + ... in order
-// (tests/gpu_host/mma_emulation.h).
+// (tests/gpu_host/mma_emulation.h, which the host layer's cuda_runtime.h brings in).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
-#if defined(TS_HOST_LAUNCH)
-#include "tests/gpu_host/mma_emulation.h"
-#endif
 
 namespace tinyserve::cuda {
 

@@ -41,12 +41,14 @@ cudaError_t LaunchRopeWriteKvCache(float* q, float* k, const float* v, int32_t s
                                    const int32_t* positions, const int64_t* slots, int32_t n,
                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
                                    const float* inv_freq, bool neox, KvElem kv, void* k_cache,
-                                   void* v_cache, cudaStream_t stream);
+                                   void* v_cache, float k_scale, float v_scale,
+                                   cudaStream_t stream);
 
-// The caches hold `kv` elements (KvElem).
+// The caches hold `kv` elements (KvElem); an fp8 cache holds e4m3(x / scale) (k_scale for k,
+// v_scale for v), other caches ignore the scales.
 cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, const int64_t* slots,
                                int32_t n, int32_t kv_width, KvElem kv, void* k_cache, void* v_cache,
-                               cudaStream_t stream);
+                               float k_scale, float v_scale, cudaStream_t stream);
 
 // out [n, hidden] = silu(gate) * up of gate_up [n, 2 * hidden]; out_bf16 as for LaunchRmsNorm.
 cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out,
@@ -108,6 +110,9 @@ struct PagedAttentionArgs {
   // 64 or 128). Its bits are not the CUDA-core kernels' (bf16 queries and probabilities, the MMA's
   // order): off for --batch-invariant.
   bool tensor_core_prefill = false;
+  // An fp8 cache's per-tensor scales (Backend's KvScales): scores use k * k_scale, outputs
+  // v * v_scale. 1.0 for other caches.
+  float k_scale = 1.0f, v_scale = 1.0f;
   // Set by LaunchPagedAttention only: the CUDA-core kernels leave those rows to it.
   bool prefill_rows_elsewhere = false;
 };

@@ -68,8 +68,10 @@ __device__ __forceinline__ size_t TableStride(const PagedAttentionArgs& a) {
   return static_cast<size_t>(a.table_stride != nullptr ? *a.table_stride : a.max_blocks_per_seq);
 }
 
-// Output element i: fp32, and rounded to bf16 (nearest even) when the args ask for that too.
+// Output element i: o times the cache's value scale (1.0 unless an fp8 cache has one), in fp32,
+// and rounded to bf16 (nearest even) when the args ask for that too.
 __device__ __forceinline__ void StoreOut(const PagedAttentionArgs& a, size_t i, float o) {
+  o = __fmul_rn(o, a.v_scale);
   a.out[i] = o;
   if (a.out_bf16 != nullptr) static_cast<__nv_bfloat16*>(a.out_bf16)[i] = __float2bfloat16_rn(o);
 }
@@ -101,10 +103,10 @@ __device__ __forceinline__ float LoadKv(const __nv_bfloat16* p) { return __bfloa
 __device__ __forceinline__ float LoadKv(const Fp8E4m3* p) { return E4m3ToFloat(p->bits); }
 
 template <typename KV>
-__device__ __noinline__ SplitResult
-AttendSplit(const KV* k_cache, const KV* v_cache, TS_SHARED_PTR(float) sq, const int32_t* table,
-            int32_t bs, int32_t hd, int64_t kv_offset, int64_t kv_width, int32_t start, int32_t end,
-            TS_SHARED_PTR(float) scores, TS_SHARED_PTR(float) partial, TS_SHARED_PTR(float) red) {
+__device__ __noinline__ SplitResult AttendSplit(
+    const KV* k_cache, const KV* v_cache, TS_SHARED_PTR(float) sq, const int32_t* table, int32_t bs,
+    int32_t hd, int64_t kv_offset, int64_t kv_width, float k_scale, int32_t start, int32_t end,
+    TS_SHARED_PTR(float) scores, TS_SHARED_PTR(float) partial, TS_SHARED_PTR(float) red) {
   const int tid = threadIdx.x;
   const int lane = tid % 32, warp = tid / 32, num_warps = kThreads / 32;
   const float denom = sqrtf(static_cast<float>(hd));
@@ -121,7 +123,7 @@ AttendSplit(const KV* k_cache, const KV* v_cache, TS_SHARED_PTR(float) sq, const
       float s = 0.0f;
       for (int32_t j = lane; j < hd; j += 32) s += sq[j] * LoadKv(kp + j);
       s = WarpSum(s);
-      if (lane == 0) scores[p - c0] = s / denom;
+      if (lane == 0) scores[p - c0] = __fmul_rn(s, k_scale) / denom;
     }
     __syncthreads();
     float cm = -INFINITY;
@@ -317,7 +319,9 @@ __global__ void __launch_bounds__(kVecThreads)
           for (int g = 0; g < kGroup; ++g) part[g] += __shfl_xor_sync(0xffffffffu, part[g], o);
         }
         if (i < n && sub == 0) {
-          for (int g = 0; g < nh; ++g) scores[g * kVecSplit + i] = part[g] / denom;
+          for (int g = 0; g < nh; ++g) {
+            scores[g * kVecSplit + i] = __fmul_rn(part[g], a.k_scale) / denom;
+          }
         }
       }
     }
@@ -500,7 +504,7 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
   for (int32_t s = first; s < last; ++s) {
     const SplitResult split =
         AttendSplit(static_cast<const KV*>(a.k_cache), static_cast<const KV*>(a.v_cache), sq, table,
-                    a.block_size, hd, kvh * hd, kv_width, s * kSplitLength,
+                    a.block_size, hd, kvh * hd, kv_width, a.k_scale, s * kSplitLength,
                     min((s + 1) * kSplitLength, len), scores, partial, red);
     r = s == first ? split : FoldSplit(r, split);
   }

@@ -378,7 +378,7 @@ class CudaAttentionTest : public CudaKernelTest,
  protected:
   // The CPU's fp32 cache against the CUDA backend's cache of `kv` elements (bf16 or fp8: written
   // by its WriteKvCache from the same fp32 rows, and the CPU given those rows rounded to `kv`).
-  void CheckAgainstTheCpu(DType kv, bool batch_invariant = false);
+  void CheckAgainstTheCpu(DType kv, bool batch_invariant = false, KvScales scales = {});
 };
 
 // On bf16 and fp8 caches the prefill rows (sequences of 2 or more query tokens) of head_dim 64 and
@@ -391,8 +391,16 @@ TEST_P(CudaAttentionTest, MatchesTheCpuOnAnFp8Cache) { CheckAgainstTheCpu(DType:
 TEST_P(CudaAttentionTest, MatchesTheCpuOnABf16CacheWhenBatchInvariant) {
   CheckAgainstTheCpu(DType::kBFloat16, /*batch_invariant=*/true);
 }
+// Per-tensor scales (a checkpoint's k_scale / v_scale): the cache holds e4m3(x / scale), attention
+// reads value * scale; the CPU is given the values times the scales.
+TEST_P(CudaAttentionTest, MatchesTheCpuOnAnFp8CacheWithScales) {
+  CheckAgainstTheCpu(DType::kFp8E4m3, /*batch_invariant=*/false, KvScales{0.3f, 2.5f});
+}
+TEST_P(CudaAttentionTest, MatchesTheCpuOnAnFp8CacheWithScalesWhenBatchInvariant) {
+  CheckAgainstTheCpu(DType::kFp8E4m3, /*batch_invariant=*/true, KvScales{0.3f, 2.5f});
+}
 
-void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant) {
+void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant, KvScales scales) {
   const bool narrow_cache = kv != DType::kFloat32;
   if (narrow_cache) {
     gpu_ = MakeCudaBackend(DType::kFloat32, batch_invariant, kv);
@@ -429,10 +437,22 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant) {
   }
   const size_t cache = static_cast<size_t>(total_blocks) * bs * kv_width;
   const std::vector<float> kh = Random(rng, cache), vh = Random(rng, cache);
-  auto round = [kv](const std::vector<float>& x) {
-    return kv == DType::kBFloat16 ? RoundToBf16(x) : kv == DType::kFp8E4m3 ? RoundToFp8(x) : x;
+  // What the cache stores (an fp8 cache: e4m3 of x / scale) and what attention reads (times the
+  // scale). The GPU's WriteKvCache of the effective rows stores exactly the stored values again.
+  auto stored = [kv](std::vector<float> x, float scale) {
+    if (kv == DType::kBFloat16) return RoundToBf16(std::move(x));
+    if (kv != DType::kFp8E4m3) return x;
+    for (float& e : x) e /= scale;
+    return RoundToFp8(std::move(x));
   };
-  Twin kc = Put(round(kh)), vc = Put(round(vh));
+  auto effective = [kv](std::vector<float> x, float scale) {
+    if (kv == DType::kFp8E4m3) {
+      for (float& e : x) e *= scale;
+    }
+    return x;
+  };
+  const std::vector<float> k_stored = stored(kh, scales.k), v_stored = stored(vh, scales.v);
+  Twin kc = Put(effective(k_stored, scales.k)), vc = Put(effective(v_stored, scales.v));
   DeviceBuffer k16, v16;  // the bf16 or fp8 cache, every slot written by WriteKvCache
   if (narrow_cache) {
     const int32_t rows = total_blocks * bs;
@@ -442,7 +462,7 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant) {
     k16 = DeviceBuffer(gpu_.get(), cache * DTypeBytes(kv));
     v16 = DeviceBuffer(gpu_.get(), cache * DTypeBytes(kv));
     gpu_->WriteKvCache(kc.g<float>(), vc.g<float>(), kv_width, d_slots.g<int64_t>(), rows, kv_width,
-                       k16.as<void>(), v16.as<void>());
+                       k16.as<void>(), v16.as<void>(), scales);
     // kc.g holds the rounded rows; writing them to the cache is exact, as from the unrounded ones.
     ASSERT_TRUE(gpu_->Synchronize().ok());
   }
@@ -464,7 +484,7 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant) {
     const void* k = on_cpu ? kc.c<void>() : narrow_cache ? k16.as<void>() : kc.g<void>();
     const void* v = on_cpu ? vc.c<void>() : narrow_cache ? v16.as<void>() : vc.g<void>();
     b->PagedAttention(on_cpu ? q.c<float>() : q.g<float>(), q_stride, k, v, meta, c.num_heads,
-                      c.num_kv_heads, hd, on_cpu ? out.c<float>() : out.g<float>());
+                      c.num_kv_heads, hd, on_cpu ? out.c<float>() : out.g<float>(), scales);
   }
   const std::vector<float> got = FromGpu(out), want = FromCpu(out);
   const bool flash =
@@ -474,8 +494,8 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant) {
     return;
   }
   std::vector<float> twin(got.size(), kNan);
-  FlashPrefillTwin(qh, q_stride, round(kh), round(vh), positions, query_start, tables, max_blocks,
-                   bs, c.num_heads, c.num_kv_heads, hd, &twin);
+  FlashPrefillTwin(qh, q_stride, k_stored, v_stored, positions, query_start, tables, max_blocks, bs,
+                   c.num_heads, c.num_kv_heads, hd, &twin, scales);
   // Split the rows: the tensor-core kernel's (prefill) and the CUDA-core kernels' (decode).
   const size_t row = static_cast<size_t>(c.num_heads) * hd;
   std::vector<float> got_tc, want_tc, twin_tc, got_cc, want_cc;

@@ -72,16 +72,16 @@ class CudaModelTest : public ::testing::Test {
     ASSERT_NE(cases_, nullptr) << "no golden cases in " << kShared << "/golden";
   }
 
-  static std::unique_ptr<ModelRunner> MakeRunner(std::unique_ptr<Backend> backend,
-                                                 int32_t block_size, int32_t num_blocks,
-                                                 bool enforce_eager = false) {
+  static std::unique_ptr<ModelRunner> MakeRunner(
+      std::unique_ptr<Backend> backend, int32_t block_size, int32_t num_blocks,
+      bool enforce_eager = false, std::shared_ptr<const LlamaWeights> weights = nullptr) {
     ModelRunnerOptions o;
     o.block_size = block_size;
     o.num_kv_blocks = num_blocks;
     o.max_num_seqs = kOnHostLayer ? 16 : 64;  // fewer graph batch sizes to record on the host
     o.max_num_batched_tokens = 512;
     o.enforce_eager = enforce_eager;
-    auto r = ModelRunner::Create(*weights_, std::move(backend), o);
+    auto r = ModelRunner::Create(weights != nullptr ? weights : *weights_, std::move(backend), o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(r).value() : nullptr;
   }
@@ -219,6 +219,28 @@ TEST_F(CudaModelTest, Fp8CacheLogitsStayWithinTheStatedTolerance) {
   ASSERT_EQ(gpu->backend().KvCacheElementBytes(), 1u);
   const float worst = CompareWithTheCpu(*cpu, *gpu, *cases_, 2.5f, 0.10f);
   std::printf("fp32 weights, fp8 cache: largest logit difference %.4f\n", worst);
+}
+
+// The checkpoint's per-tensor scales reach the kernels through ModelRunner (each layer's k_scale
+// and v_scale, LlamaLayerWeights): with scales that put stories260K's K and V rows into e4m3's
+// normal range, the logits move (against scale 1.0) and stay within the same stated tolerance.
+TEST_F(CudaModelTest, Fp8CacheScalesOfTheCheckpointReachTheKernels) {
+  auto scaled = std::make_shared<LlamaWeights>(**weights_);
+  for (LlamaLayerWeights& l : scaled->layers) {
+    l.k_scale = 0.0625f;
+    l.v_scale = 0.03125f;
+  }
+  auto cpu = MakeRunner(CreateCpuBackend(2), 16, 64);
+  auto plain = MakeRunner(MakeCudaBackend(DType::kFloat32, false, DType::kFp8E4m3), 16, 64);
+  auto gpu =
+      MakeRunner(MakeCudaBackend(DType::kFloat32, false, DType::kFp8E4m3), 16, 64, false, scaled);
+  ASSERT_NE(gpu, nullptr);
+  ASSERT_NE(plain, nullptr);
+  const float worst_plain = CompareWithTheCpu(*cpu, *plain, *cases_, 2.5f, 0.10f);
+  const float worst = CompareWithTheCpu(*cpu, *gpu, *cases_, 2.5f, 0.10f);
+  std::printf("fp8 cache, largest logit difference: scale 1.0 %.4f, scales 1/16 and 1/32 %.4f\n",
+              worst_plain, worst);
+  EXPECT_NE(worst, worst_plain);
 }
 
 struct InvariantCase {

@@ -1,17 +1,21 @@
 // Hugging Face model directories: a llama2.c checkpoint converted to HF (q/k rows permuted to the
 // half split) gives run.c's greedy tokens; config.json fields and errors; RoPE scaling frequencies;
-// the Qwen2 q/k/v bias against a hand computation.
+// the Qwen2 q/k/v bias against a hand computation; the fp8 KV cache's per-tensor scales.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "models/hf_config.h"
 #include "models/hf_model.h"
 #include "models/llama2c.h"
 #include "models/model_runner.h"
+#include "models/safetensors.h"
 #include "models/static_batch_generator.h"
 #include "tests/models/test_util.h"
 
@@ -73,6 +77,98 @@ TEST(HfModelTest, Bf16CheckpointLoadsTheRoundedWeights) {
   }
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir.path() + "/config.json"));
   EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
+}
+
+// The checkpoint in dir rewritten (fp32) with `extra` tensors added: (name, shape, values).
+struct ExtraTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+void AddTensors(const std::string& dir, const std::vector<ExtraTensor>& extra) {
+  const std::string path = dir + "/model.safetensors";
+  std::vector<std::vector<float>> values;
+  std::vector<SafetensorsWriteTensor> tensors;
+  {
+    StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    values.reserve(f->tensors().size() + extra.size());
+    for (const SafetensorsTensor& t : f->tensors()) {
+      values.emplace_back(t.num_elements());
+      f->ReadF32(t, values.back().data());
+      tensors.push_back(TensorFromFloats(t.name, t.shape, values.back().data()));
+    }
+  }
+  for (const ExtraTensor& e : extra) {
+    tensors.push_back(TensorFromFloats(e.name, e.shape, e.values.data()));
+  }
+  ASSERT_TRUE(WriteSafetensors(path, tensors, TensorDtype::kF32).ok());
+}
+
+TEST(HfModelTest, Fp8KvCacheScalesAreWrittenReadAndChecked) {
+  auto loaded =
+      LoadLlama2cCheckpoint(std::string(TINYSERVE_SHARED_DIR) + "/models/stories260K.bin");
+  ASSERT_TRUE(loaded.ok());
+  auto w = std::make_shared<LlamaWeights>(**loaded);
+  w->layers[0].k_scale = 0.3f;
+  w->layers[0].v_scale = 2.5f;
+  w->layers[3].k_scale = 0.125f;
+  ScratchDir dir("hf_kv_scales");
+  // A bf16 checkpoint keeps its scales in fp32, as scalars (vLLM's k_scale / v_scale).
+  ASSERT_TRUE(WriteHfModel(*w, "LlamaForCausalLM", TensorDtype::kBF16, dir.path()).ok());
+  {
+    StatusOr<SafetensorsFile> f = SafetensorsFile::Open(dir.path() + "/model.safetensors");
+    ASSERT_TRUE(f.ok());
+    const SafetensorsTensor* k0 = f->Find("model.layers.0.self_attn.k_scale");
+    ASSERT_NE(k0, nullptr);
+    EXPECT_EQ(k0->dtype, TensorDtype::kF32);
+    EXPECT_TRUE(k0->shape.empty());
+    EXPECT_NE(f->Find("model.layers.3.self_attn.v_scale"), nullptr);
+    EXPECT_EQ(f->Find("model.layers.1.self_attn.k_scale"), nullptr);  // 1.0: not written
+  }
+  {
+    auto hf = LoadHfModel(dir.path());
+    ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+    const auto& L = (*hf)->layers;
+    EXPECT_EQ(L[0].k_scale, 0.3f);
+    EXPECT_EQ(L[0].v_scale, 2.5f);
+    EXPECT_EQ(L[1].k_scale, 1.0f);
+    EXPECT_EQ(L[1].v_scale, 1.0f);
+    EXPECT_EQ(L[3].k_scale, 0.125f);
+    EXPECT_EQ(L[3].v_scale, 1.0f);
+  }
+  // An older checkpoint's one kv_scale sets both; a layer's k_scale / v_scale win over it; [1]
+  // is one value too.
+  AddTensors(dir.path(), {{"model.layers.1.self_attn.kv_scale", {}, {0.75f}},
+                          {"model.layers.2.self_attn.kv_scale", {1}, {0.5f}},
+                          {"model.layers.2.self_attn.k_scale", {1}, {0.25f}}});
+  {
+    auto hf = LoadHfModel(dir.path());
+    ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+    const auto& L = (*hf)->layers;
+    EXPECT_EQ(L[1].k_scale, 0.75f);
+    EXPECT_EQ(L[1].v_scale, 0.75f);
+    EXPECT_EQ(L[2].k_scale, 0.25f);
+    EXPECT_EQ(L[2].v_scale, 0.5f);
+    EXPECT_EQ(L[0].k_scale, 0.3f);
+  }
+  // A scale that is not one positive finite number is an error naming the tensor.
+  for (const ExtraTensor& bad :
+       {ExtraTensor{"model.layers.4.self_attn.v_scale", {}, {-1.0f}},
+        ExtraTensor{"model.layers.4.self_attn.v_scale", {}, {0.0f}},
+        ExtraTensor{"model.layers.4.self_attn.v_scale", {}, {NAN}},
+        ExtraTensor{"model.layers.4.self_attn.v_scale", {2}, {1.0f, 2.0f}}}) {
+    ScratchDir bad_dir("hf_kv_scales_bad");
+    ASSERT_TRUE(WriteHfModel(*w, "LlamaForCausalLM", TensorDtype::kF32, bad_dir.path()).ok());
+    AddTensors(bad_dir.path(), {bad});
+    auto hf = LoadHfModel(bad_dir.path());
+    ASSERT_FALSE(hf.ok());
+    const std::string& msg = hf.status().message();
+    EXPECT_NE(msg.find("model.layers.4.self_attn.v_scale"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad.shape.empty() ? "want a positive finite scale" : "want one value"),
+              std::string::npos)
+        << msg;
+  }
 }
 
 }  // namespace

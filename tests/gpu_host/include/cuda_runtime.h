@@ -211,3 +211,6 @@ template <typename T>
 T atomicMin(::tinyserve::gpu_host::SharedPtr<T> p, T v) {
   return atomicMin((*p).AtomicTarget(), v);
 }
+
+// The tensor-core MMA of kernels/cuda/mma.cuh, emulated with the warp shuffles above.
+#include "tests/gpu_host/mma_emulation.h"
