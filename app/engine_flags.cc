@@ -66,6 +66,10 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
     const EngineFlags& f, std::shared_ptr<const LlamaWeights> weights, int64_t max_concurrent,
     void (*log)(const std::string&)) {
   const ModelConfig& config = weights->config;
+  bool kv_scales = false;  // some layer's fp8 KV-cache scale from the checkpoint is not 1.0
+  for (const LlamaLayerWeights& l : weights->layers) {
+    kv_scales = kv_scales || l.k_scale != 1.0f || l.v_scale != 1.0f;
+  }
   StatusOr<std::unique_ptr<Backend>> backend =
       SelectBackend(f.device, f.threads, f.dtype, f.batch_invariant, f.kv_cache_dtype);
   if (!backend.ok()) return backend.status();
@@ -106,6 +110,16 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
         (on_cpu && f.batch_invariant
              ? "; --batch-invariant: the CPU backend always is batch-invariant"
              : ""));
+    // As vLLM: the checkpoint's per-tensor scales serve an fp8 cache only.
+    const DType kv = (*runner)->backend().kv_cache_dtype();
+    if (kv == DType::kFp8E4m3) {
+      log(kv_scales ? "fp8 KV cache with the checkpoint's per-tensor scales (k_scale, v_scale)"
+                    : "fp8 KV cache at scale 1.0: the checkpoint has no k_scale / v_scale, which "
+                      "may cost accuracy");
+    } else if (kv_scales) {
+      log(std::string("the checkpoint's fp8 KV-cache scales are ignored: the cache holds ") +
+          DTypeName(kv));
+    }
   }
   return runner;
 }
