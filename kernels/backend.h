@@ -75,6 +75,10 @@ struct AttentionMetadata {
   // max_blocks_per_seq (a replayed CUDA graph keeps its launch for the widest table while each
   // step uploads only its own width). Null: max_blocks_per_seq.
   const int32_t* table_stride = nullptr;
+  // Host-known: the fewest query tokens of any sequence in the step (1 when a row decodes), or 0
+  // when the caller does not say. A backend may skip a kernel meant only for shorter sequences
+  // (CUDA: the decode attention kernel in a step of prompt chunks only).
+  int32_t min_query_len = 0;
 };
 
 // The largest step an executor can hand its backend (ModelRunner::Init: the scheduler's limits and

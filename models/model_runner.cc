@@ -495,6 +495,10 @@ Status ModelRunner::RunStep(const ScheduledBatch& batch, StepRows* rows) {
   in.meta.block_tables = reinterpret_cast<const int32_t*>(d + l.block_tables);
   in.meta.max_blocks_per_seq = batch.max_blocks_per_seq;  // the table's own width: no stride
   in.meta.block_size = options_.block_size;
+  in.meta.min_query_len = n;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    in.meta.min_query_len = std::min(in.meta.min_query_len, batch.num_query_tokens(s));
+  }
   Forward(in);
   return Status::Ok();
 }
@@ -551,6 +555,7 @@ Status ModelRunner::RunDecodeGraph(const ScheduledBatch& batch, StepRows* step_r
   in.meta.max_blocks_per_seq = width;
   in.meta.block_size = options_.block_size;
   in.meta.table_stride = reinterpret_cast<const int32_t*>(d + l.table_stride);
+  in.meta.min_query_len = 1;
 
   auto recorded =
       std::find_if(graph_ids_.begin(), graph_ids_.end(),

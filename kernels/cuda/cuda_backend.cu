@@ -504,6 +504,7 @@ class CudaBackend final : public Backend {
     a.head_dim = head_dim;
     a.out = out;
     a.tensor_core_prefill = !batch_invariant_;  // prefill chunks on tensor cores (bf16/fp8 cache)
+    a.min_query_len = meta.min_query_len;
     const int32_t splits =
         cuda::ChooseAttentionSplits(meta.num_tokens, num_heads, num_kv_heads, head_dim, kv_elem(),
                                     meta.max_blocks_per_seq * meta.block_size, num_sms_);

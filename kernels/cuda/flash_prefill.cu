@@ -30,6 +30,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged_table.cuh"
 #include "kernels/cuda/shared.cuh"
 #include "kernels/cuda/vec16.cuh"
 
@@ -65,11 +66,6 @@ __device__ __forceinline__ void StoreBf16x8(TS_SHARED_PTR(__nv_bfloat16) p, cons
   r.w = PackBf16x2(f[6], f[7]);
   *reinterpret_cast<uint4*>(p) = r;
 #endif
-}
-
-// The row stride of the block tables: the device scalar when given (graph replay), else the width.
-__device__ __forceinline__ size_t FlashTableStride(const PagedAttentionArgs& a) {
-  return static_cast<size_t>(a.table_stride != nullptr ? *a.table_stride : a.max_blocks_per_seq);
 }
 
 // grid (FlashPrefillGridX, num_heads), block kFlashThreads. KV: __nv_bfloat16 or Fp8E4m3 (8 values
@@ -115,7 +111,7 @@ __global__ void __launch_bounds__(kFlashThreads) FlashPrefillKernel(PagedAttenti
   if (seq < 0) return;  // past the last tile (the grid is an upper bound)
   const int32_t first = tile[1], rows = tile[2], top = tile[3];
 
-  const int32_t* table = a.block_tables + static_cast<size_t>(seq) * FlashTableStride(a);
+  const int32_t* table = BlockTableRow(a, seq);
   const int32_t kvh = h / (a.num_heads / a.num_kv_heads);
   const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * HD;
   const KV* k_base = static_cast<const KV*>(a.k_cache) + static_cast<int64_t>(kvh) * HD;

@@ -115,6 +115,10 @@ struct PagedAttentionArgs {
   float k_scale = 1.0f, v_scale = 1.0f;
   // Set by LaunchPagedAttention only: the CUDA-core kernels leave those rows to it.
   bool prefill_rows_elsewhere = false;
+  // Host-known, as AttentionMetadata::min_query_len (0: not known). When it is at least
+  // kFlashMinQueryTokens and the tensor-core kernel applies, every row is that kernel's and the
+  // CUDA-core kernel is not launched.
+  int32_t min_query_len = 0;
 };
 
 // The largest head_dim the attention kernel handles.

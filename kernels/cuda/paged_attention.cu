@@ -23,7 +23,8 @@
 //     the one-block shape.
 // With PagedAttentionArgs::tensor_core_prefill, the rows of sequences with several query tokens
 // (prefill chunks) go to the tensor-core kernel of flash_prefill.cu instead, where it applies;
-// LaunchPagedAttention launches both and each kernel skips the other's rows.
+// LaunchPagedAttention launches both and each kernel skips the other's rows, or the tensor-core
+// kernel alone when the host knows no sequence decodes (PagedAttentionArgs::min_query_len).
 // AttendSplit and FoldSplit are __noinline__ so both shapes run the same code for them, and the
 // fold's arithmetic is written with _rn intrinsics (never contracted). So a row's output is bitwise
 // the same whatever else is in the batch and whichever shape the host picks
@@ -36,6 +37,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged_table.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/vec16.cuh"
 
@@ -61,11 +63,6 @@ __device__ int32_t SequenceOf(const int32_t* query_start, int32_t num_seqs, int3
     }
   }
   return lo;
-}
-
-// The row stride of the block tables: the device scalar when given (graph replay), else the width.
-__device__ __forceinline__ size_t TableStride(const PagedAttentionArgs& a) {
-  return static_cast<size_t>(a.table_stride != nullptr ? *a.table_stride : a.max_blocks_per_seq);
 }
 
 // Output element i: o times the cache's value scale (1.0 unless an fp8 cache has one), in fp32,
@@ -263,7 +260,7 @@ __global__ void __launch_bounds__(kVecThreads)
   const int sub = lane % lanes, kslot = lane / lanes;
   const int key_slots = kVecWarps * keys_per_warp, my_slot = warp * keys_per_warp + kslot;
   const int32_t seq = SequenceOf(a.query_start, a.num_seqs, t);
-  const int32_t* table = a.block_tables + static_cast<size_t>(seq) * TableStride(a);
+  const int32_t* table = BlockTableRow(a, seq);
   const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
   const KV* k_base = static_cast<const KV*>(a.k_cache) + static_cast<int64_t>(kvh) * hd;
   const KV* v_base = static_cast<const KV*>(a.v_cache) + static_cast<int64_t>(kvh) * hd;
@@ -496,7 +493,7 @@ __global__ void PagedAttentionKernel(PagedAttentionArgs a, int32_t grid_splits, 
   for (int32_t i = tid; i < hd; i += kThreads)
     sq[i] = a.q[static_cast<size_t>(t) * a.q_stride + h * hd + i];
   __syncthreads();
-  const int32_t* table = a.block_tables + static_cast<size_t>(seq_shared) * TableStride(a);
+  const int32_t* table = BlockTableRow(a, seq_shared);
   const int32_t kvh = h / (a.num_heads / a.num_kv_heads);
   const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * hd;
 
@@ -584,6 +581,9 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, int32_t num_spl
     return cudaErrorInvalidValue;
   }
   const bool flash = FlashPrefillApplies(args);
+  if (flash && args.min_query_len >= kFlashMinQueryTokens) {
+    return LaunchFlashPrefill(args, stream);  // prompt chunks only: no row is left to this kernel
+  }
   PagedAttentionArgs a = args;
   a.prefill_rows_elsewhere = flash;
   const bool vec = UsesVecKernel(a.head_dim, a.kv, a.k_cache, a.v_cache);

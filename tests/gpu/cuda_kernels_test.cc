@@ -520,7 +520,9 @@ void CudaAttentionTest::CheckAgainstTheCpu(DType kv, bool batch_invariant, KvSca
 // bits do not depend on how the prompt is chunked (one chunk of 150; 37 + 113; 148 + 2), on the
 // other sequences of the step (a decode row before it, another prompt after it) or on the query
 // tile it falls in; and a decode row in a mixed step keeps the CUDA-core kernel's bits it has
-// alone.
+// alone. Every call also runs with the step's true AttentionMetadata::min_query_len beside 0 (not
+// known), with the same bits: a step of prompt chunks only then runs the tensor-core kernel alone
+// (counted on the host layer), a step with a decode row both kernels.
 TEST_F(CudaKernelTest, TensorCorePrefillRowsAreTheSameHoweverThePromptIsChunkedOrBatched) {
   gpu_ = MakeCudaBackend(DType::kFloat32, /*batch_invariant=*/false, DType::kBFloat16);
   ASSERT_NE(gpu_, nullptr);
@@ -581,6 +583,20 @@ TEST_F(CudaKernelTest, TensorCorePrefillRowsAreTheSameHoweverThePromptIsChunkedO
     gpu_->PagedAttention(d_q.g<float>(), kQStride, k16.as<void>(), v16.as<void>(), meta, kHeads,
                          kKvHeads, kHd, out.g<float>());
     const std::vector<float> all = FromGpu(out);
+    // Again, told the fewest query tokens of a sequence.
+    int32_t min_len = n;
+    for (const Part& p : parts) min_len = std::min(min_len, p.count);
+    meta.min_query_len = min_len;
+    Twin told = Poisoned(static_cast<size_t>(n) * kQStride);
+    const int64_t kernels_before = KernelsRun();
+    gpu_->PagedAttention(d_q.g<float>(), kQStride, k16.as<void>(), v16.as<void>(), meta, kHeads,
+                         kKvHeads, kHd, told.g<float>());
+    const int64_t kernels = KernelsRun() - kernels_before;
+    EXPECT_TRUE(Bitwise(FromGpu(told), all)) << "min_query_len " << min_len;
+    if (kOnHostLayer) {
+      const bool prompts = n > meta.num_seqs;  // the tensor-core kernel applies
+      EXPECT_EQ(kernels, prompts && min_len == 1 ? 2 : 1) << "min_query_len " << min_len;
+    }
     std::vector<std::vector<float>> rows;
     for (size_t i = 0; i < parts.size(); ++i) {
       rows.emplace_back(all.begin() + query_start[i] * kQStride,
@@ -732,13 +748,6 @@ TEST_F(CudaKernelTest, ProducersWriteTheBf16RowsOfTheNextGemmAndSaveItsConversio
     b->CopyToHost(h.data(), d, count * 4);
     return h;
   };
-  auto kernels = [] {
-#ifdef TINYSERVE_GPU_HOST
-    return gpu_host::NumKernelsRun();
-#else
-    return int64_t{0};
-#endif
-  };
   // Runs `produce` (which writes x [m, k]), then the Linear on x; then the Linear on a copy of x.
   auto check = [&](const char* what, int32_t k, const std::function<void(float*)>& produce) {
     SCOPED_TRACE(what);
@@ -748,14 +757,14 @@ TEST_F(CudaKernelTest, ProducersWriteTheBf16RowsOfTheNextGemmAndSaveItsConversio
     DeviceBuffer x = put(std::vector<float>(static_cast<size_t>(m) * k, kNan));
     DeviceBuffer y = put(std::vector<float>(static_cast<size_t>(m) * n, kNan));
     produce(x.as<float>());
-    const int64_t k0 = kernels();
+    const int64_t k0 = KernelsRun();
     b->Linear(x.as<float>(), w, m, n, k, y.as<float>());
-    const int64_t fused = kernels() - k0;
+    const int64_t fused = KernelsRun() - k0;
     const std::vector<float> got = get(y.as<float>(), y.bytes() / 4);
     DeviceBuffer x2 = put(get(x.as<float>(), x.bytes() / 4));
-    const int64_t k1 = kernels();
+    const int64_t k1 = KernelsRun();
     b->Linear(x2.as<float>(), w, m, n, k, y.as<float>());
-    const int64_t converted = kernels() - k1;
+    const int64_t converted = KernelsRun() - k1;
     EXPECT_TRUE(Bitwise(got, get(y.as<float>(), y.bytes() / 4)));
     if (kOnHostLayer) {
       EXPECT_EQ(fused + 1, converted);
@@ -811,13 +820,6 @@ TEST_F(CudaKernelTest, GatedSmallMLinearIsTheLinearThenSiluAndMulInOneKernel) {
   std::unique_ptr<Backend> b = MakeCudaBackend(DType::kBFloat16);
   ASSERT_NE(b, nullptr);
   std::mt19937 rng(23);
-  auto kernels = [] {
-#ifdef TINYSERVE_GPU_HOST
-    return gpu_host::NumKernelsRun();
-#else
-    return int64_t{0};
-#endif
-  };
   for (const int32_t hidden : {1, 5, 97}) {
     for (const int32_t k : {256, 264}) {
       const std::vector<float> wh = Random(rng, static_cast<size_t>(2 * hidden) * k);
@@ -834,12 +836,12 @@ TEST_F(CudaKernelTest, GatedSmallMLinearIsTheLinearThenSiluAndMulInOneKernel) {
         for (DeviceBuffer* d : {&fused, &plain}) {
           b->CopyToDevice(d->as<void>(), nan.data(), d->bytes());
         }
-        const int64_t k0 = kernels();
+        const int64_t k0 = KernelsRun();
         b->LinearSiluAndMul(x.as<float>(), w13, m, hidden, k, gu.as<float>(), fused.as<float>());
-        const int64_t k1 = kernels();
+        const int64_t k1 = KernelsRun();
         b->Linear(x.as<float>(), w13, m, 2 * hidden, k, gu.as<float>());
         b->SiluAndMul(gu.as<float>(), m, hidden, plain.as<float>());
-        const int64_t k2 = kernels();
+        const int64_t k2 = KernelsRun();
         ASSERT_TRUE(b->Synchronize().ok());
         std::vector<float> got(static_cast<size_t>(m) * hidden), want(got.size());
         b->CopyToHost(got.data(), fused.as<void>(), got.size() * 4);

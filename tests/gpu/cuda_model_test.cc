@@ -19,6 +19,7 @@
 #include "models/model_runner.h"
 #include "models/static_batch_generator.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/models/test_util.h"
 #ifdef TINYSERVE_GPU_HOST
 #include "tests/gpu_host/executor.h"
 #endif
@@ -496,6 +497,81 @@ TEST_F(CudaModelTest, ADecodeStepLayerRunsAtMostNineKernels) {
     EXPECT_EQ((five - one) / 4, per_layer) << "kernels a layer (cuBLAS calls not counted)";
   }
 #endif
+}
+
+// Issue 19: a step of prompt chunks only, on a bf16 cache with head_dim 64, runs its attention as
+// the tensor-core kernel alone: the model runner tells the backend the step's fewest query tokens
+// a sequence, so the CUDA-core kernel, which would find no row of its own, is not launched. Counted
+// on the host layer: a step of two prompts (5 + 6 tokens) runs one kernel a layer fewer than a step
+// of as many tokens with a decode row (10 + 1), whose GEMMs are the same (11 rows). And the mixed
+// step's rows are those of each sequence run alone (the decode row is not left out).
+TEST_F(CudaModelTest, AStepOfPromptChunksOnlyLaunchesNoDecodeAttentionKernel) {
+  ModelConfig c;
+  c.name = "hd64";
+  c.dim = 128;
+  c.hidden_dim = 192;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 64;
+  c.vocab_size = 96;
+  c.max_seq_len = 64;
+  c.stop_token_ids = {1};
+  const std::shared_ptr<LlamaWeights> two = testing_util::RandomWeights(c, 41);
+  auto one = std::make_shared<LlamaWeights>(*two);
+  one->config.num_layers = 1;
+  one->layers.resize(1);
+  struct Seq {
+    int32_t block, first, count;  // block 16 positions first .. first + count - 1
+  };
+  auto batch_of = [](const std::vector<Seq>& seqs) {
+    ScheduledBatch b;
+    b.max_blocks_per_seq = 1;
+    for (const Seq& q : seqs) {
+      std::vector<int32_t> tokens, positions;
+      std::vector<int64_t> slots;
+      for (int32_t p = q.first; p < q.first + q.count; ++p) {
+        tokens.push_back(2 + (q.block * 13 + p * 7) % 90);
+        positions.push_back(p);
+        slots.push_back(static_cast<int64_t>(q.block) * 16 + p);
+      }
+      b.AddSequence(tokens, positions, slots, q.first + q.count, {q.block}, true);
+    }
+    return b;
+  };
+  const Seq a{0, 0, 10}, b_prompt{1, 0, 5}, b_decode{1, 5, 1}, c5{2, 0, 5}, d6{3, 0, 6};
+  int64_t prompts_only[2] = {0, 0}, mixed[2] = {0, 0};
+  for (const auto& w : {one, two}) {
+    const int32_t layers = w->config.num_layers;
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    auto runner = MakeRunner(MakeCudaBackend(DType::kFloat32, false, DType::kBFloat16), 16, 8,
+                             /*enforce_eager=*/true, w);
+    ASSERT_NE(runner, nullptr);
+    ASSERT_TRUE(runner->ComputeLogits(batch_of({b_prompt})).ok());
+    auto logits = [&](const std::vector<Seq>& seqs, int64_t* kernels) {
+      const int64_t before = KernelsRun();
+      auto out = runner->ComputeLogits(batch_of(seqs));
+      EXPECT_TRUE(out.ok()) << out.status().ToString();
+      *kernels = KernelsRun() - before;
+      return out.ok() ? out->logits : std::vector<float>{};
+    };
+    int64_t unused = 0;
+    logits({c5, d6}, &prompts_only[layers - 1]);
+    const std::vector<float> both = logits({b_decode, a}, &mixed[layers - 1]);
+    std::vector<float> alone = logits({b_decode}, &unused);
+    const std::vector<float> a_alone = logits({a}, &unused);
+    alone.insert(alone.end(), a_alone.begin(), a_alone.end());
+    ASSERT_EQ(both.size(), alone.size());
+    ASSERT_EQ(both.size(), 2u * c.vocab_size);
+    for (size_t i = 0; i < both.size(); ++i) {
+      ASSERT_NEAR(both[i], alone[i], 1e-3f + 1e-3f * std::abs(alone[i])) << "logit " << i;
+    }
+  }
+  if (kOnHostLayer) {
+    EXPECT_EQ((mixed[1] - mixed[0]) - (prompts_only[1] - prompts_only[0]), 1)
+        << "attention kernels a layer: prompts only " << prompts_only[1] - prompts_only[0]
+        << " kernels a layer, with a decode row " << mixed[1] - mixed[0];
+  }
 }
 
 // Issue 15 on CUDA: with CudaBackendOptions::batch_invariant (and the KV cache in the weights'

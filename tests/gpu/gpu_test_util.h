@@ -19,6 +19,9 @@
 #include "kernels/device.h"
 #include "kernels/fp8.h"
 #include "tests/sanitizer.h"
+#ifdef TINYSERVE_GPU_HOST
+#include "tests/gpu_host/executor.h"
+#endif
 
 namespace tinyserve {
 
@@ -30,6 +33,15 @@ inline constexpr bool kOnHostLayer = true;
 #else
 inline constexpr bool kOnHostLayer = false;
 #endif
+
+// Kernels launched so far in this process: the host execution layer counts them; 0 on a GPU.
+inline int64_t KernelsRun() {
+#ifdef TINYSERVE_GPU_HOST
+  return gpu_host::NumKernelsRun();
+#else
+  return 0;
+#endif
+}
 
 // True under ASan or TSan (make test's sanitizer runs), where the host layer's model-level tests
 // cut their shapes again (each kernel's awkward sizes are the kernel tests' job).
