@@ -178,7 +178,7 @@ Status ReadFloat(const GgufFile& g, const std::string& key, double fallback, flo
   return Status::Ok();
 }
 
-struct Expected {
+struct ExpectedGgufTensor {
   std::string name;
   std::vector<uint64_t> dims;  // ggml order
   std::vector<float>* vec;     // the fp32 tensor it goes to (at `offset`), or its matrix
@@ -313,7 +313,7 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
   sized(w->token_embedding, vocab * dim, all_quantized({"token_embd.weight"}));
   w->final_norm.resize(dim);
   w->layers.resize(c.num_layers);
-  std::vector<Expected> expected = {
+  std::vector<ExpectedGgufTensor> expected = {
       {"token_embd.weight", {dim, vocab}, &w->token_embedding, 0, &w->q_token_embedding},
       {"output_norm.weight", {dim}, &w->final_norm, 0, nullptr}};
   if (!c.shared_classifier) {
@@ -361,7 +361,7 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
     std::vector<int64_t> s(d.begin(), d.end());
     return ShapeString(s);
   };
-  for (const Expected& e : expected) {
+  for (const ExpectedGgufTensor& e : expected) {
     wanted.insert(e.name);
     const GgufTensorInfo* t = g.FindTensor(e.name);
     if (t == nullptr) {
@@ -395,7 +395,7 @@ StatusOr<GgufModel> LoadGgufModel(const std::string& path) {
       msg += "; and " + std::to_string(problems.size() - shown) + " more";
     return InvalidArgument(msg);
   }
-  for (const Expected& e : expected) {
+  for (const ExpectedGgufTensor& e : expected) {
     const GgufTensorInfo* t = g.FindTensor(e.name);
     const uint8_t* data = g.tensor_data(*t);
     const std::optional<QuantType> qt = QuantTypeOfGgml(t->ggml_type);

@@ -9,7 +9,7 @@
 namespace tinyserve {
 namespace {
 
-std::vector<GgufPreset> MakePresets() {
+std::vector<GgufPreset> MakeGgufPresets() {
   std::vector<GgufPreset> p;
   for (const HfPreset& hf : HfPresets()) {
     ModelConfig c = hf.config;
@@ -54,7 +54,7 @@ void Fill(std::mt19937_64& rng, float center, float half, std::vector<float>& ou
 }  // namespace
 
 const std::vector<GgufPreset>& GgufPresets() {
-  static const std::vector<GgufPreset> presets = MakePresets();
+  static const std::vector<GgufPreset> presets = MakeGgufPresets();
   return presets;
 }
 

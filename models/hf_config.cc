@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxDim = 1 << 24;
+constexpr int64_t kMaxConfigDim = 1 << 24;
 
 // Reads fields of one config.json object, naming the file and field in every error.
 class FieldReader {
@@ -41,9 +41,9 @@ class FieldReader {
     }
     if (!v->is_number_integer()) return Error(field, "must be an integer, got " + v->dump());
     const int64_t x = v->get<int64_t>();
-    if (x < min || x > kMaxDim) {
+    if (x < min || x > kMaxConfigDim) {
       return Error(field, "= " + std::to_string(x) + " is out of range [" + std::to_string(min) +
-                              ", " + std::to_string(kMaxDim) + "]");
+                              ", " + std::to_string(kMaxConfigDim) + "]");
     }
     return static_cast<int32_t>(x);
   }
@@ -161,7 +161,8 @@ Status ParseRopeScaling(const FieldReader& top, const json& obj, ModelConfig& c)
     s.low_freq_factor = static_cast<float>(low);
     s.high_freq_factor = static_cast<float>(high);
     const json* old = r.Get("original_max_position_embeddings");
-    if (!old->is_number_integer() || old->get<int64_t>() <= 0 || old->get<int64_t>() > kMaxDim) {
+    if (!old->is_number_integer() || old->get<int64_t>() <= 0 ||
+        old->get<int64_t>() > kMaxConfigDim) {
       return top.Error("rope_scaling.original_max_position_embeddings",
                        "must be a positive integer, got " + old->dump());
     }
@@ -304,6 +305,10 @@ StatusOr<HfConfig> LoadHfConfig(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ParseHfConfig(ss.str(), path);
+}
+
+std::string HfLayerName(int32_t layer, const char* rest) {
+  return "model.layers." + std::to_string(layer) + "." + rest;
 }
 
 std::string HfConfigJson(const std::string& architecture, const ModelConfig& c, TensorDtype dtype) {

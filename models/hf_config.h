@@ -14,6 +14,7 @@
 // not divide num_attention_heads = 32".
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct HfConfig {
 StatusOr<HfConfig> ParseHfConfig(const std::string& text, const std::string& path);
 // Reads and parses the file at `path`.
 StatusOr<HfConfig> LoadHfConfig(const std::string& path);
+
+// The checkpoint name of layer `layer`'s tensor `rest`: "model.layers.<layer>.<rest>", as HF
+// Llama-family checkpoints name them (the loader and WriteHfModel).
+std::string HfLayerName(int32_t layer, const char* rest);
 
 // config.json text for `model` as `architecture`, stating `dtype`, that ParseHfConfig reads back
 // to the same ModelConfig (rope_style aside: HF files are always half split).

@@ -90,15 +90,11 @@ StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir) {
   return ckpt;
 }
 
-struct Expected {
+struct ExpectedHfTensor {
   std::string name;
   std::vector<int64_t> shape;
   float* dst;
 };
-
-std::string LayerName(int32_t l, const char* rest) {
-  return "model.layers." + std::to_string(l) + "." + rest;
-}
 
 // Tensors the checkpoint may hold that the forward pass does not use.
 bool IsIgnorable(const std::string& name, const ModelConfig& c) {
@@ -145,7 +141,7 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
   w->token_embedding.resize(vocab * dim);
   w->final_norm.resize(dim);
   w->layers.resize(c.num_layers);
-  std::vector<Expected> expected = {
+  std::vector<ExpectedHfTensor> expected = {
       {"model.embed_tokens.weight", {vocab, dim}, w->token_embedding.data()}};
   for (int32_t l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& L = w->layers[l];
@@ -155,26 +151,28 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
     L.ffn_norm.resize(dim);
     L.w13.resize(2 * hidden * dim);
     L.w2.resize(dim * hidden);
-    expected.push_back({LayerName(l, "input_layernorm.weight"), {dim}, L.attn_norm.data()});
-    expected.push_back({LayerName(l, "self_attn.q_proj.weight"), {q_dim, dim}, L.wqkv.data()});
+    expected.push_back({HfLayerName(l, "input_layernorm.weight"), {dim}, L.attn_norm.data()});
+    expected.push_back({HfLayerName(l, "self_attn.q_proj.weight"), {q_dim, dim}, L.wqkv.data()});
     expected.push_back(
-        {LayerName(l, "self_attn.k_proj.weight"), {kv_dim, dim}, L.wqkv.data() + q_dim * dim});
-    expected.push_back({LayerName(l, "self_attn.v_proj.weight"),
+        {HfLayerName(l, "self_attn.k_proj.weight"), {kv_dim, dim}, L.wqkv.data() + q_dim * dim});
+    expected.push_back({HfLayerName(l, "self_attn.v_proj.weight"),
                         {kv_dim, dim},
                         L.wqkv.data() + (q_dim + kv_dim) * dim});
     if (c.attention_bias) {
       L.bqkv.resize(q_dim + 2 * kv_dim);
-      expected.push_back({LayerName(l, "self_attn.q_proj.bias"), {q_dim}, L.bqkv.data()});
-      expected.push_back({LayerName(l, "self_attn.k_proj.bias"), {kv_dim}, L.bqkv.data() + q_dim});
+      expected.push_back({HfLayerName(l, "self_attn.q_proj.bias"), {q_dim}, L.bqkv.data()});
       expected.push_back(
-          {LayerName(l, "self_attn.v_proj.bias"), {kv_dim}, L.bqkv.data() + q_dim + kv_dim});
+          {HfLayerName(l, "self_attn.k_proj.bias"), {kv_dim}, L.bqkv.data() + q_dim});
+      expected.push_back(
+          {HfLayerName(l, "self_attn.v_proj.bias"), {kv_dim}, L.bqkv.data() + q_dim + kv_dim});
     }
-    expected.push_back({LayerName(l, "self_attn.o_proj.weight"), {dim, q_dim}, L.wo.data()});
-    expected.push_back({LayerName(l, "post_attention_layernorm.weight"), {dim}, L.ffn_norm.data()});
-    expected.push_back({LayerName(l, "mlp.gate_proj.weight"), {hidden, dim}, L.w13.data()});
+    expected.push_back({HfLayerName(l, "self_attn.o_proj.weight"), {dim, q_dim}, L.wo.data()});
     expected.push_back(
-        {LayerName(l, "mlp.up_proj.weight"), {hidden, dim}, L.w13.data() + hidden * dim});
-    expected.push_back({LayerName(l, "mlp.down_proj.weight"), {dim, hidden}, L.w2.data()});
+        {HfLayerName(l, "post_attention_layernorm.weight"), {dim}, L.ffn_norm.data()});
+    expected.push_back({HfLayerName(l, "mlp.gate_proj.weight"), {hidden, dim}, L.w13.data()});
+    expected.push_back(
+        {HfLayerName(l, "mlp.up_proj.weight"), {hidden, dim}, L.w13.data() + hidden * dim});
+    expected.push_back({HfLayerName(l, "mlp.down_proj.weight"), {dim, hidden}, L.w2.data()});
   }
   expected.push_back({"model.norm.weight", {dim}, w->final_norm.data()});
   if (!c.shared_classifier) {
@@ -191,10 +189,10 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
   std::vector<Scale> scales;
   for (int32_t l = 0; l < c.num_layers; ++l) {
     LlamaLayerWeights& L = w->layers[l];
-    scales.push_back({LayerName(l, "self_attn.kv_scale"), &L.k_scale});
-    scales.push_back({LayerName(l, "self_attn.kv_scale"), &L.v_scale});
-    scales.push_back({LayerName(l, "self_attn.k_scale"), &L.k_scale});
-    scales.push_back({LayerName(l, "self_attn.v_scale"), &L.v_scale});
+    scales.push_back({HfLayerName(l, "self_attn.kv_scale"), &L.k_scale});
+    scales.push_back({HfLayerName(l, "self_attn.kv_scale"), &L.v_scale});
+    scales.push_back({HfLayerName(l, "self_attn.k_scale"), &L.k_scale});
+    scales.push_back({HfLayerName(l, "self_attn.v_scale"), &L.v_scale});
   }
 
   // Check everything first, so one error names every problem.
@@ -208,7 +206,7 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
       problems.push_back(s.name + " has shape " + ShapeString(shape) + ", want one value");
     }
   }
-  for (const Expected& e : expected) {
+  for (const ExpectedHfTensor& e : expected) {
     wanted.insert(e.name);
     const auto it = ckpt->tensors.find(e.name);
     if (it == ckpt->tensors.end()) {
@@ -231,7 +229,7 @@ StatusOr<std::shared_ptr<LlamaWeights>> LoadHfModel(const std::string& dir) {
     }
     return InvalidArgument(msg);
   }
-  for (const Expected& e : expected) {
+  for (const ExpectedHfTensor& e : expected) {
     const auto& [file, tensor] = ckpt->tensors.at(e.name);
     file->ReadF32(*tensor, e.dst);
     file->ReleasePages(*tensor);
@@ -284,36 +282,36 @@ Status WriteHfModel(const LlamaWeights& weights, const std::string& architecture
     const LlamaLayerWeights& L = weights.layers[l];
     const float* wq = L.wqkv.data();
     tensors.push_back(
-        TensorFromFloats(LayerName(l, "input_layernorm.weight"), {dim}, L.attn_norm.data()));
-    tensors.push_back(TensorFromFloats(LayerName(l, "self_attn.q_proj.weight"), {q_dim, dim},
+        TensorFromFloats(HfLayerName(l, "input_layernorm.weight"), {dim}, L.attn_norm.data()));
+    tensors.push_back(TensorFromFloats(HfLayerName(l, "self_attn.q_proj.weight"), {q_dim, dim},
                                        rows(wq, q_rows, dim)));
-    tensors.push_back(TensorFromFloats(LayerName(l, "self_attn.k_proj.weight"), {kv_dim, dim},
+    tensors.push_back(TensorFromFloats(HfLayerName(l, "self_attn.k_proj.weight"), {kv_dim, dim},
                                        rows(wq + q_dim * dim, k_rows, dim)));
-    tensors.push_back(TensorFromFloats(LayerName(l, "self_attn.v_proj.weight"), {kv_dim, dim},
+    tensors.push_back(TensorFromFloats(HfLayerName(l, "self_attn.v_proj.weight"), {kv_dim, dim},
                                        wq + (q_dim + kv_dim) * dim));
     if (!L.bqkv.empty()) {
       const float* b = L.bqkv.data();
       tensors.push_back(
-          TensorFromFloats(LayerName(l, "self_attn.q_proj.bias"), {q_dim}, rows(b, q_rows, 1)));
-      tensors.push_back(TensorFromFloats(LayerName(l, "self_attn.k_proj.bias"), {kv_dim},
+          TensorFromFloats(HfLayerName(l, "self_attn.q_proj.bias"), {q_dim}, rows(b, q_rows, 1)));
+      tensors.push_back(TensorFromFloats(HfLayerName(l, "self_attn.k_proj.bias"), {kv_dim},
                                          rows(b + q_dim, k_rows, 1)));
       tensors.push_back(
-          TensorFromFloats(LayerName(l, "self_attn.v_proj.bias"), {kv_dim}, b + q_dim + kv_dim));
+          TensorFromFloats(HfLayerName(l, "self_attn.v_proj.bias"), {kv_dim}, b + q_dim + kv_dim));
     }
     tensors.push_back(
-        TensorFromFloats(LayerName(l, "self_attn.o_proj.weight"), {dim, q_dim}, L.wo.data()));
-    tensors.push_back(TensorFromFloats(LayerName(l, "post_attention_layernorm.weight"), {dim},
+        TensorFromFloats(HfLayerName(l, "self_attn.o_proj.weight"), {dim, q_dim}, L.wo.data()));
+    tensors.push_back(TensorFromFloats(HfLayerName(l, "post_attention_layernorm.weight"), {dim},
                                        L.ffn_norm.data()));
     tensors.push_back(
-        TensorFromFloats(LayerName(l, "mlp.gate_proj.weight"), {hidden, dim}, L.w13.data()));
-    tensors.push_back(TensorFromFloats(LayerName(l, "mlp.up_proj.weight"), {hidden, dim},
+        TensorFromFloats(HfLayerName(l, "mlp.gate_proj.weight"), {hidden, dim}, L.w13.data()));
+    tensors.push_back(TensorFromFloats(HfLayerName(l, "mlp.up_proj.weight"), {hidden, dim},
                                        L.w13.data() + hidden * dim));
     tensors.push_back(
-        TensorFromFloats(LayerName(l, "mlp.down_proj.weight"), {dim, hidden}, L.w2.data()));
+        TensorFromFloats(HfLayerName(l, "mlp.down_proj.weight"), {dim, hidden}, L.w2.data()));
     if (L.k_scale != 1.0f || L.v_scale != 1.0f) {  // fp8 KV-cache scales, as fp32 scalars
       for (const auto& [name, value] : {std::pair{"self_attn.k_scale", &L.k_scale},
                                         std::pair{"self_attn.v_scale", &L.v_scale}}) {
-        tensors.push_back(TensorFromFloats(LayerName(l, name), {}, value));
+        tensors.push_back(TensorFromFloats(HfLayerName(l, name), {}, value));
         tensors.back().dtype = TensorDtype::kF32;
       }
     }

@@ -31,7 +31,7 @@ ModelConfig Shape(int32_t dim, int32_t hidden, int32_t layers, int32_t heads, in
   return c;
 }
 
-std::vector<HfPreset> MakePresets() {
+std::vector<HfPreset> MakeHfPresets() {
   std::vector<HfPreset> p;
   ModelConfig llama32 =
       Shape(2048, 8192, 16, 32, 8, 128256, 131072, 1e-5f, 500000.0f, true, 128000, {128001});
@@ -50,14 +50,10 @@ std::vector<HfPreset> MakePresets() {
   return p;
 }
 
-std::string LayerName(int32_t l, const char* rest) {
-  return "model.layers." + std::to_string(l) + "." + rest;
-}
-
 }  // namespace
 
 const std::vector<HfPreset>& HfPresets() {
-  static const std::vector<HfPreset> presets = MakePresets();
+  static const std::vector<HfPreset> presets = MakeHfPresets();
   return presets;
 }
 
@@ -94,20 +90,20 @@ Status WriteRandomHfModel(const HfPreset& preset, TensorDtype dtype, uint64_t se
   std::vector<SafetensorsWriteTensor> t;
   t.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, random});
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    t.push_back({LayerName(l, "input_layernorm.weight"), {d}, ones});
-    t.push_back({LayerName(l, "self_attn.q_proj.weight"), {q, d}, random});
-    t.push_back({LayerName(l, "self_attn.k_proj.weight"), {kv, d}, random});
-    t.push_back({LayerName(l, "self_attn.v_proj.weight"), {kv, d}, random});
+    t.push_back({HfLayerName(l, "input_layernorm.weight"), {d}, ones});
+    t.push_back({HfLayerName(l, "self_attn.q_proj.weight"), {q, d}, random});
+    t.push_back({HfLayerName(l, "self_attn.k_proj.weight"), {kv, d}, random});
+    t.push_back({HfLayerName(l, "self_attn.v_proj.weight"), {kv, d}, random});
     if (c.attention_bias) {
-      t.push_back({LayerName(l, "self_attn.q_proj.bias"), {q}, random});
-      t.push_back({LayerName(l, "self_attn.k_proj.bias"), {kv}, random});
-      t.push_back({LayerName(l, "self_attn.v_proj.bias"), {kv}, random});
+      t.push_back({HfLayerName(l, "self_attn.q_proj.bias"), {q}, random});
+      t.push_back({HfLayerName(l, "self_attn.k_proj.bias"), {kv}, random});
+      t.push_back({HfLayerName(l, "self_attn.v_proj.bias"), {kv}, random});
     }
-    t.push_back({LayerName(l, "self_attn.o_proj.weight"), {d, q}, random});
-    t.push_back({LayerName(l, "post_attention_layernorm.weight"), {d}, ones});
-    t.push_back({LayerName(l, "mlp.gate_proj.weight"), {h, d}, random});
-    t.push_back({LayerName(l, "mlp.up_proj.weight"), {h, d}, random});
-    t.push_back({LayerName(l, "mlp.down_proj.weight"), {d, h}, random});
+    t.push_back({HfLayerName(l, "self_attn.o_proj.weight"), {d, q}, random});
+    t.push_back({HfLayerName(l, "post_attention_layernorm.weight"), {d}, ones});
+    t.push_back({HfLayerName(l, "mlp.gate_proj.weight"), {h, d}, random});
+    t.push_back({HfLayerName(l, "mlp.up_proj.weight"), {h, d}, random});
+    t.push_back({HfLayerName(l, "mlp.down_proj.weight"), {d, h}, random});
   }
   t.push_back({"model.norm.weight", {d}, ones});
   if (!c.shared_classifier) t.push_back({"lm_head.weight", {c.vocab_size, d}, random});

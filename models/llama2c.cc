@@ -11,7 +11,7 @@ namespace {
 
 constexpr int64_t kHeaderBytes = 7 * sizeof(int32_t);
 // Dimensions past this are not a real model; rejecting them keeps all size arithmetic in int64.
-constexpr int32_t kMaxDim = 1 << 20;
+constexpr int32_t kMaxLlama2cDim = 1 << 20;
 
 Status HeaderError(const std::string& path, const std::string& what) {
   return InvalidArgument(path + ": not a valid llama2.c checkpoint: " + what);
@@ -71,13 +71,13 @@ StatusOr<int64_t> Llama2cExpectedFileSize(const Llama2cHeader& h, const std::str
       return HeaderError(path,
                          std::string(name) + " = " + std::to_string(value) + " (must be positive)");
     }
-    if (value > kMaxDim) {
+    if (value > kMaxLlama2cDim) {
       return HeaderError(
           path, std::string(name) + " = " + std::to_string(value) + " is implausibly large");
     }
   }
   if (h.vocab_size == 0) return HeaderError(path, "vocab_size = 0");
-  if (h.vocab_size < -kMaxDim || h.vocab_size > kMaxDim) {
+  if (h.vocab_size < -kMaxLlama2cDim || h.vocab_size > kMaxLlama2cDim) {
     return HeaderError(path,
                        "vocab_size = " + std::to_string(h.vocab_size) + " is implausibly large");
   }

@@ -2,7 +2,9 @@
 #   clang_configure DIR FLAGS [CMAKE_ARGS...]   RelWithDebInfo at -O1 with line tables only
 #                                               (stack traces name file:line; full -g made every
 #                                               object several times larger and slower to build),
-#                                               no benchmarks, no CUDA
+#                                               no benchmarks, no CUDA, every target a unity build
+#                                               (TINYSERVE_UNITY_LIBS: these folders are built
+#                                               from scratch in every CI run)
 #   ASAN_BUILD_DIR, asan_configure              build-asan/: ASan + UBSan, -Wthread-safety as an
 #                                               error, and the libFuzzer targets (TINYSERVE_FUZZ,
 #                                               coverage in the libraries they feed only), so that
@@ -17,6 +19,7 @@ clang_configure() {
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
     -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" -DTINYSERVE_BENCH=OFF -DTINYSERVE_CUDA=OFF \
+    -DTINYSERVE_UNITY_LIBS=ON \
     -DTINYSERVE_SHARED_DIR="$SHARED" "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
 }
 

@@ -31,10 +31,6 @@ using protocol::ApiErrorOr;
 
 namespace {
 
-constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
-// How long a response with per-request metrics waits for the engine's finish after a stop string.
-constexpr double kEngineFinishSeconds = 1.0;
-
 class ChatSseStream final : public SseStream {
  public:
   ChatSseStream(std::unique_ptr<GenerationJob> job, protocol::ResponseMeta meta,
@@ -240,7 +236,7 @@ void OpenAiRoutes::HandleChat(const HttpRequest& req, HttpResponse& res) {
     return;
   }
 
-  if (!job->WaitUntilFinished(watch, kWaitSeconds)) {
+  if (!job->WaitUntilFinished(watch, GenerationJob::kClientPollSeconds)) {
     return SendError(res, ApiError::Make(499, "The client closed the connection."));
   }
   std::vector<protocol::ChatChoice> choices;
@@ -275,7 +271,7 @@ void OpenAiRoutes::HandleChat(const HttpRequest& req, HttpResponse& res) {
   }
   nlohmann::ordered_json body = protocol::ChatResponseJson(meta, choices, usage, prompt_logprobs);
   if (context_.enable_per_request_metrics) {
-    job->WaitForEngineFinish(kEngineFinishSeconds);
+    job->WaitForEngineFinish(GenerationJob::kEngineFinishSeconds);
     body["metrics"] = JobMetricsJson(*job);
   }
   res.status = 200;

@@ -25,10 +25,6 @@ using protocol::ApiErrorOr;
 
 namespace {
 
-constexpr double kWaitSeconds = 0.02;  // how often a non-streaming handler looks at its client
-// How long a response with per-request metrics waits for the engine's finish after a stop string.
-constexpr double kEngineFinishSeconds = 1.0;
-
 // The choice that scores `c`'s prompt (prompt logprobs, for echo or prompt_logprobs): the prompt's
 // first choice. The job's choices are in prompt order, n per prompt.
 const GenerationJob::Choice& ScorerOf(const GenerationJob& job, const GenerationJob::Choice& c,
@@ -260,7 +256,7 @@ void OpenAiRoutes::HandleCompletions(const HttpRequest& req, HttpResponse& res) 
     return;
   }
 
-  if (!job->WaitUntilFinished(watch, kWaitSeconds)) {
+  if (!job->WaitUntilFinished(watch, GenerationJob::kClientPollSeconds)) {
     return SendError(res, ApiError::Make(499, "The client closed the connection."));
   }
   std::vector<protocol::CompletionChoice> choices;
@@ -299,7 +295,7 @@ void OpenAiRoutes::HandleCompletions(const HttpRequest& req, HttpResponse& res) 
             [](const auto& a, const auto& b) { return a.index < b.index; });
   nlohmann::ordered_json body = protocol::CompletionResponseJson(meta, choices, usage);
   if (context_.enable_per_request_metrics) {
-    job->WaitForEngineFinish(kEngineFinishSeconds);
+    job->WaitForEngineFinish(GenerationJob::kEngineFinishSeconds);
     body["metrics"] = JobMetricsJson(*job);
   }
   res.status = 200;

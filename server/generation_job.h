@@ -111,10 +111,15 @@ class GenerationJob {
   // Returns false, after Abort(), iff `watch` saw the client go away first
   // (ConnectionWatch::IsClientGone: a half-closed client is still answered).
   bool WaitUntilFinished(ConnectionWatch& watch, double poll_s);
+  // The poll_s of the routes: how often a non-streaming handler looks at its client.
+  static constexpr double kClientPollSeconds = 0.02;
   // After finished(): waits up to `timeout_s` (0: takes only what has arrived) for the engine's
   // finish of every choice that a stop string ended (it follows within a step), so its metrics
   // tracker is complete. Returns true iff every choice's engine finish has arrived.
   bool WaitForEngineFinish(double timeout_s);
+  // The timeout_s of every response with per-request metrics (the routes and SseStream's usage
+  // chunk).
+  static constexpr double kEngineFinishSeconds = 1.0;
 
   const std::vector<std::unique_ptr<Choice>>& choices() const { return choices_; }
 

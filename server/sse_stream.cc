@@ -11,10 +11,6 @@ namespace tinyserve {
 namespace {
 
 constexpr double kPingSeconds = 0.1;
-// As long as a non-streaming response waits (completions_route.cc, chat_route.cc).
-constexpr double kEngineFinishSeconds = 1.0;
-
-double SteadySeconds() { return SteadyClock().Now(); }
 
 }  // namespace
 
@@ -65,7 +61,7 @@ void SseStream::SetWaker(const std::shared_ptr<StreamWaker>& waker) {
 
 bool SseStream::Produce(double wait_s, std::string* out) {
   const size_t before = out->size();
-  const double start = SteadySeconds();  // one clock read unless Poll() may wait
+  const double start = SteadyClock().Now();  // one clock read unless Poll() may wait
   if (!started_) {
     started_ = true;
     last_write_s_ = start;
@@ -79,12 +75,14 @@ bool SseStream::Produce(double wait_s, std::string* out) {
   bool done = job_->finished();
   if (done && UsageWaitsForEngineFinish()) {
     // A stop string ended a choice: its engine finish (the abort the job sent) follows within a
-    // step. The usage chunk waits for it, up to kEngineFinishSeconds, without blocking a writer
-    // thread (it comes back on the finish's wake-up or its next tick).
+    // step. The usage chunk waits for it, up to GenerationJob::kEngineFinishSeconds, without
+    // blocking a writer thread (it comes back on the finish's wake-up or its next tick).
     // The choices' last chunks, if made now, go out without waiting.
     const double finish_wait = out->size() != before ? 0.0 : wait;
-    if (engine_finish_deadline_s_ < 0) engine_finish_deadline_s_ = start + kEngineFinishSeconds;
-    const double left = engine_finish_deadline_s_ - (wait > 0 ? SteadySeconds() : start);
+    if (engine_finish_deadline_s_ < 0) {
+      engine_finish_deadline_s_ = start + GenerationJob::kEngineFinishSeconds;
+    }
+    const double left = engine_finish_deadline_s_ - (wait > 0 ? SteadyClock().Now() : start);
     if (!job_->WaitForEngineFinish(std::clamp(left, 0.0, finish_wait)) && left > finish_wait) {
       done = false;
     }
@@ -93,7 +91,7 @@ bool SseStream::Produce(double wait_s, std::string* out) {
     OnFinish(out);
     *out += protocol::SseDone();
   }
-  const double now = wait > 0 ? SteadySeconds() : start;
+  const double now = wait > 0 ? SteadyClock().Now() : start;
   if (out->size() == before && now - last_write_s_ >= kPingSeconds) *out += protocol::kSsePing;
   if (out->size() != before) last_write_s_ = now;
   return done;

@@ -18,15 +18,15 @@
 namespace tinyserve {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 constexpr const char* kMetaspace = "\xE2\x96\x81";  // U+2581
 
-Status WriteJson(const std::filesystem::path& path, const Json& json) {
+Status WriteJson(const std::filesystem::path& path, const OrderedJson& json) {
   std::string text;
   try {
     text = json.dump(2);
-  } catch (const Json::exception& e) {
+  } catch (const OrderedJson::exception& e) {
     return InvalidArgument(path.string() + ": cannot write: " + e.what());
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -38,8 +38,8 @@ Status WriteJson(const std::filesystem::path& path, const Json& json) {
 
 // Appends `key` to a JSON object without ordered_json's linear search for an existing key.
 // REQUIRES: `key` is not in `object` yet.
-void AppendKey(Json& object, std::string key, int32_t id) {
-  static_cast<Json::object_t::Container&>(object.get_ref<Json::object_t&>())
+void AppendKey(OrderedJson& object, std::string key, int32_t id) {
+  static_cast<OrderedJson::object_t::Container&>(object.get_ref<OrderedJson::object_t&>())
       .emplace_back(std::move(key), id);
 }
 
@@ -50,22 +50,25 @@ Status MakeDir(const std::string& dir) {
   return Status::Ok();
 }
 
-Json AddedTokenJson(int32_t id, const std::string& content, bool special) {
+OrderedJson AddedTokenJson(int32_t id, const std::string& content, bool special) {
   return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
           {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
 // A post_processor that prepends `bos` (HF's TemplateProcessing).
-Json BosTemplate(const std::string& bos, int32_t bos_id) {
+OrderedJson BosTemplate(const std::string& bos, int32_t bos_id) {
   return {{"type", "TemplateProcessing"},
-          {"single", Json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
-                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-          {"pair", Json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
-                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                                {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
-                                {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+          {"single", OrderedJson::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                                         {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+          {"pair", OrderedJson::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                       {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
+                                       {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
           {"special_tokens",
-           {{bos, {{"id", bos}, {"ids", Json::array({bos_id})}, {"tokens", Json::array({bos})}}}}}};
+           {{bos,
+             {{"id", bos},
+              {"ids", OrderedJson::array({bos_id})},
+              {"tokens", OrderedJson::array({bos})}}}}}};
 }
 
 std::string ReplaceSpaces(const std::string& piece) {
@@ -198,22 +201,22 @@ std::vector<std::pair<std::string, std::string>> SyntheticMerges(size_t count) {
   return merges;
 }
 
-Json ByteLevelStep(bool use_regex) {
+OrderedJson ByteLevelStep(bool use_regex) {
   return {{"type", "ByteLevel"},
           {"add_prefix_space", false},
           {"trim_offsets", true},
           {"use_regex", use_regex}};
 }
 
-Json SplitStep(const char* regex) {
+OrderedJson SplitStep(const char* regex) {
   return {{"type", "Split"},
           {"pattern", {{"Regex", regex}}},
           {"behavior", "Isolated"},
           {"invert", false}};
 }
 
-Json Merges(const std::vector<std::pair<std::string, std::string>>& merges) {
-  Json out = Json::array();
+OrderedJson Merges(const std::vector<std::pair<std::string, std::string>>& merges) {
+  OrderedJson out = OrderedJson::array();
   for (const auto& [a, b] : merges) out.push_back(a + " " + b);
   return out;
 }
@@ -222,8 +225,8 @@ Status WriteConfigs(const std::string& dir, const std::string& bos, const std::s
                     const std::string& unk, bool add_bos, const char* chat_template,
                     const std::string& tokenizer_class) {
   namespace fs = std::filesystem;
-  Json config = {{"add_bos_token", add_bos}, {"add_eos_token", false}};
-  config["bos_token"] = bos.empty() ? Json() : Json(bos);
+  OrderedJson config = {{"add_bos_token", add_bos}, {"add_eos_token", false}};
+  config["bos_token"] = bos.empty() ? OrderedJson() : OrderedJson(bos);
   config["eos_token"] = eos;
   if (!unk.empty()) config["unk_token"] = unk;
   config["clean_up_tokenization_spaces"] = false;
@@ -231,7 +234,7 @@ Status WriteConfigs(const std::string& dir, const std::string& bos, const std::s
   config["tokenizer_class"] = tokenizer_class;
   if (chat_template != nullptr) config["chat_template"] = chat_template;
   TS_RETURN_IF_ERROR(WriteJson(fs::path(dir) / "tokenizer_config.json", config));
-  Json map = Json::object();
+  OrderedJson map = OrderedJson::object();
   if (!bos.empty()) map["bos_token"] = bos;
   map["eos_token"] = eos;
   if (!unk.empty()) map["unk_token"] = unk;
@@ -288,25 +291,25 @@ Status WriteHfTokenizerFromLlama2c(const std::string& tokenizer_bin_path, int32_
     if (a.score != b.score) return a.score > b.score;
     return a.id < b.id;
   });
-  Json merges = Json::array();
+  OrderedJson merges = OrderedJson::array();
   for (const Rule& r : rules) {
     const std::string& p = pieces[r.id];
     merges.push_back(ReplaceSpaces(p.substr(0, r.split)) + " " + ReplaceSpaces(p.substr(r.split)));
   }
-  Json vocab_json = Json::object();
+  OrderedJson vocab_json = OrderedJson::object();
   for (int32_t id = 0; id < vocab_size; ++id) AppendKey(vocab_json, names[id], id);
 
-  Json root;
+  OrderedJson root;
   root["version"] = "1.0";
   root["truncation"] = nullptr;
   root["padding"] = nullptr;
   root["added_tokens"] =
-      Json::array({AddedTokenJson(0, "<unk>", true), AddedTokenJson(1, "<s>", true),
-                   AddedTokenJson(2, "</s>", true)});
+      OrderedJson::array({AddedTokenJson(0, "<unk>", true), AddedTokenJson(1, "<s>", true),
+                          AddedTokenJson(2, "</s>", true)});
   root["normalizer"] = {
       {"type", "Sequence"},
       {"normalizers",
-       Json::array(
+       OrderedJson::array(
            {{{"type", "Prepend"}, {"prepend", kMetaspace}},
             {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMetaspace}}})}};
   root["pre_tokenizer"] = nullptr;
@@ -314,10 +317,11 @@ Status WriteHfTokenizerFromLlama2c(const std::string& tokenizer_bin_path, int32_
   root["decoder"] = {
       {"type", "Sequence"},
       {"decoders",
-       Json::array({{{"type", "Replace"}, {"pattern", {{"String", kMetaspace}}}, {"content", " "}},
-                    {{"type", "ByteFallback"}},
-                    {{"type", "Fuse"}},
-                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+       OrderedJson::array(
+           {{{"type", "Replace"}, {"pattern", {{"String", kMetaspace}}}, {"content", " "}},
+            {{"type", "ByteFallback"}},
+            {{"type", "Fuse"}},
+            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
   root["model"] = {{"type", "BPE"},
                    {"dropout", nullptr},
                    {"unk_token", "<unk>"},
@@ -361,8 +365,8 @@ Status WriteSyntheticHfTokenizer(int32_t vocab_size, HfTokenizerStyle style,
   std::vector<std::string> normal;
   for (int b = 0; b < 256; ++b) normal.push_back(Gpt2ByteToUnicode()[b]);
   for (const auto& [a, b] : merges) normal.push_back(a + b);
-  Json vocab = Json::object();
-  Json added = Json::array();
+  OrderedJson vocab = OrderedJson::object();
+  OrderedJson added = OrderedJson::array();
   size_t next = 0;
   for (int32_t id = 0; id < vocab_size; ++id) {
     auto it = special.find(id);
@@ -373,7 +377,7 @@ Status WriteSyntheticHfTokenizer(int32_t vocab_size, HfTokenizerStyle style,
       AppendKey(vocab, normal[next++], id);
     }
   }
-  Json root;
+  OrderedJson root;
   root["version"] = "1.0";
   root["truncation"] = nullptr;
   root["padding"] = nullptr;
@@ -389,23 +393,24 @@ Status WriteSyntheticHfTokenizer(int32_t vocab_size, HfTokenizerStyle style,
     case HfTokenizerStyle::kLlama3:
       root["pre_tokenizer"] = {
           {"type", "Sequence"},
-          {"pretokenizers", Json::array({SplitStep(kLlama3Regex), ByteLevelStep(false)})}};
+          {"pretokenizers", OrderedJson::array({SplitStep(kLlama3Regex), ByteLevelStep(false)})}};
       root["post_processor"] = {
           {"type", "Sequence"},
-          {"processors", Json::array({ByteLevelStep(false), BosTemplate(info.bos, bos_id)})}};
+          {"processors",
+           OrderedJson::array({ByteLevelStep(false), BosTemplate(info.bos, bos_id)})}};
       break;
     case HfTokenizerStyle::kQwen2:
       root["normalizer"] = {{"type", "NFC"}};
       root["pre_tokenizer"] = {
           {"type", "Sequence"},
-          {"pretokenizers", Json::array({SplitStep(kQwen2Regex), ByteLevelStep(false)})}};
+          {"pretokenizers", OrderedJson::array({SplitStep(kQwen2Regex), ByteLevelStep(false)})}};
       root["post_processor"] = ByteLevelStep(false);
       break;
     case HfTokenizerStyle::kSmolLM:
       root["pre_tokenizer"] = {
           {"type", "Sequence"},
-          {"pretokenizers",
-           Json::array({{{"type", "Digits"}, {"individual_digits", true}}, ByteLevelStep(true)})}};
+          {"pretokenizers", OrderedJson::array({{{"type", "Digits"}, {"individual_digits", true}},
+                                                ByteLevelStep(true)})}};
       root["post_processor"] = ByteLevelStep(true);
       break;
     case HfTokenizerStyle::kTinyLlama:
