@@ -34,8 +34,11 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
                   "KV cache dtype: auto (the weights': bfloat16 on CUDA by default, float32 on the "
-                  "CPU), bfloat16, float32, or fp8 (= fp8_e4m3, CUDA only: scale 1.0 as vLLM "
-                  "without calibrated scales, saturating at +-448)");
+                  "CPU), bfloat16, float32, or fp8 (= fp8_e4m3, CUDA only, saturating at +-448: "
+                  "the checkpoint's k_scale / v_scale, else 1.0, or --calculate-kv-scales)");
+  cmd->add_flag("--calculate-kv-scales", f.calculate_kv_scales,
+                "fp8 KV cache: each layer's k_scale / v_scale from the first step's data (max |K| "
+                "/ 200, max |V| / 100, as vLLM), instead of the checkpoint's or 1.0");
   cmd->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                   "CUDA: fraction of device memory for weights, activations and the KV cache "
                   "(sizes the KV cache unless --num-kv-blocks is given)")
@@ -79,6 +82,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
   opts.max_num_seqs = f.max_num_seqs;
   opts.max_num_batched_tokens = f.max_num_batched_tokens;
   opts.enforce_eager = f.enforce_eager;
+  opts.calculate_kv_scales = f.calculate_kv_scales;
   if (f.overlap_grammar_masks != "auto")
     opts.overlap_grammar_masks = f.overlap_grammar_masks == "on";
   opts.gpu_memory_utilization = static_cast<float>(f.gpu_memory_utilization);
@@ -112,13 +116,17 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(
              : ""));
     // As vLLM: the checkpoint's per-tensor scales serve an fp8 cache only.
     const DType kv = (*runner)->backend().kv_cache_dtype();
-    if (kv == DType::kFp8E4m3) {
+    if (kv == DType::kFp8E4m3 && f.calculate_kv_scales) {
+      log(std::string("fp8 KV cache with per-tensor scales calculated from the first step") +
+          (kv_scales ? " (--calculate-kv-scales; the checkpoint's are replaced)" : ""));
+    } else if (kv == DType::kFp8E4m3) {
       log(kv_scales ? "fp8 KV cache with the checkpoint's per-tensor scales (k_scale, v_scale)"
                     : "fp8 KV cache at scale 1.0: the checkpoint has no k_scale / v_scale, which "
-                      "may cost accuracy");
-    } else if (kv_scales) {
-      log(std::string("the checkpoint's fp8 KV-cache scales are ignored: the cache holds ") +
-          DTypeName(kv));
+                      "may cost accuracy (--calculate-kv-scales takes them from the data)");
+    } else if (kv_scales || f.calculate_kv_scales) {
+      log(std::string(kv_scales ? "the checkpoint's fp8 KV-cache scales are ignored"
+                                : "--calculate-kv-scales is ignored") +
+          ": the cache holds " + DTypeName(kv));
     }
   }
   return runner;

@@ -33,6 +33,7 @@ struct EngineFlags {
   // CUDA: our own batch-invariant GEMM instead of cuBLAS (see CudaBackendOptions). The CPU backend
   // is always batch-invariant; there the flag changes nothing but the log line.
   bool batch_invariant = false;
+  bool calculate_kv_scales = false;
   std::string kv_cache_dtype = "auto";  // auto | bfloat16 | float32 | fp8 | fp8_e4m3 (CUDA)
   // Structured outputs: compute the grammar masks while the forward pass runs. "auto": the
   // backend's default (ModelRunnerOptions::overlap_grammar_masks), "on", "off".

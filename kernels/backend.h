@@ -256,6 +256,11 @@ class Backend {
                     const int32_t* positions, int32_t n, int32_t num_heads, int32_t num_kv_heads,
                     int32_t head_dim, const float* inv_freq, RopeStyle style) = 0;
 
+  // out[0] (a device float) = the largest |x[t, c]| over rows t < n and columns c < cols of x (row
+  // stride `stride`); 0 when there are none. NaNs are skipped (fmax). Exact in any order: for the
+  // fp8 cache's scales computed from data (ModelRunnerOptions::calculate_kv_scales).
+  virtual void AbsMax(const float* x, int32_t n, int32_t cols, int32_t stride, float* out) = 0;
+
   // Writes each token's K and V row into the cache at its slot; slot -1 is skipped.
   // k, v [n, kv_width] with row stride `stride`; slots [n] int64; caches as in the file comment.
   // The caches hold kv_cache_dtype() values (bf16: rounded to nearest even; fp8: FloatToE4m3 of

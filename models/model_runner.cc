@@ -1,6 +1,7 @@
 #include "models/model_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -173,6 +174,11 @@ Status ModelRunner::Init() {
   weights_.reset();             // the backend holds the copy now
 
   use_graphs_ = backend_->SupportsGraphs() && !options_.enforce_eager;
+  if (options_.calculate_kv_scales && backend_->kv_cache_dtype() == DType::kFp8E4m3) {
+    abs_max_ = DeviceBuffer(backend_.get(), 2 * sizeof(float));
+    if (!abs_max_.ok()) return ResourceExhausted("out of device memory for the KV-cache scales");
+    kv_scales_pending_ = true;
+  }
   // The workspace is sized for the largest step the scheduler can hand over, here and not at the
   // first such step (vLLM's profile run does the same): a device backend must know what is left
   // for the KV cache, and on the CPU the first touch of ~100 MB of fresh pages would otherwise
@@ -442,7 +448,8 @@ Status ModelRunner::RunStep(const ScheduledBatch& batch, StepRows* rows) {
     }
   }
   const int32_t num_prompt_rows = batch.num_prompt_logit_rows();
-  if (use_graphs_ && n == num_seqs && num_seqs <= graph_sizes_.back() && num_prompt_rows == 0) {
+  if (use_graphs_ && !kv_scales_pending_ && n == num_seqs && num_seqs <= graph_sizes_.back() &&
+      num_prompt_rows == 0) {
     bool one_token_each = true;
     for (int32_t s = 0; s < num_seqs; ++s) one_token_each &= batch.num_query_tokens(s) == 1;
     if (one_token_each) return RunDecodeGraph(batch, rows);
@@ -611,9 +618,13 @@ void ModelRunner::Forward(const StepInputs& in) {
     float* q = qkv;
     float* k = qkv + q_dim;
     float* v = qkv + q_dim + kv_dim;
-    b.RopeAndWriteKvCache(q, k, v, qkv_width, in.meta.positions, in.slots, n, c.num_heads,
-                          c.num_kv_heads, c.head_dim, rope_inv_freq_, c.rope_style, L.k_cache,
-                          L.v_cache, L.kv_scales);
+    if (kv_scales_pending_) {
+      RopeAndWriteKvCalculatingScales(l, q, k, v, in);
+    } else {
+      b.RopeAndWriteKvCache(q, k, v, qkv_width, in.meta.positions, in.slots, n, c.num_heads,
+                            c.num_kv_heads, c.head_dim, rope_inv_freq_, c.rope_style, L.k_cache,
+                            L.v_cache, L.kv_scales);
+    }
     b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
                      c.head_dim, att, L.kv_scales);
     b.Linear(att, L.wo, n, dim, q_dim, delta);
@@ -624,11 +635,40 @@ void ModelRunner::Forward(const StepInputs& in) {
     const float* next_norm = l + 1 < c.num_layers ? layers_[l + 1].attn_norm : final_norm_;
     b.AddRmsNorm(x, delta, next_norm, n, dim, c.rms_norm_eps, xb);
   }
+  kv_scales_pending_ = false;
   if (in.num_sampled > 0) {
     b.GatherRows(xb, in.sample_rows, in.num_sampled, dim, sampled_x_.as<float>());
     b.Linear(sampled_x_.as<float>(), lm_head_, in.num_sampled, c.vocab_size, dim,
              logits_.as<float>());
   }
+}
+
+void ModelRunner::RopeAndWriteKvCalculatingScales(int32_t l, float* q, float* k, float* v,
+                                                  const StepInputs& in) {
+  const ModelConfig& c = config_;
+  Backend& b = *backend_;
+  LayerPtrs& L = layers_[l];
+  const int32_t n = in.meta.num_tokens, stride = c.q_dim() + 2 * c.kv_dim();
+  b.Rope(q, stride, k, stride, in.meta.positions, n, c.num_heads, c.num_kv_heads, c.head_dim,
+         rope_inv_freq_, c.rope_style);
+  float* d_max = abs_max_.as<float>();
+  b.AbsMax(k, n, c.kv_dim(), stride, d_max);
+  b.AbsMax(v, n, c.kv_dim(), stride, d_max + 1);
+  float amax[2] = {0.0f, 0.0f};
+  // A device error leaves the scales as they were; the step reports it.
+  if (b.Synchronize().ok()) b.CopyToHost(amax, d_max, sizeof(amax));
+  auto scale = [](float max, float range, float keep) {
+    return max > 0.0f && std::isfinite(max) ? max / range : keep;
+  };
+  L.kv_scales = KvScales{scale(amax[0], kKScaleRange, L.kv_scales.k),
+                         scale(amax[1], kVScaleRange, L.kv_scales.v)};
+  b.WriteKvCache(k, v, stride, in.slots, n, c.kv_dim(), L.k_cache, L.v_cache, L.kv_scales);
+}
+
+std::vector<KvScales> ModelRunner::kv_scales() const {
+  std::vector<KvScales> out;
+  for (const LayerPtrs& L : layers_) out.push_back(L.kv_scales);
+  return out;
 }
 
 }  // namespace tinyserve

@@ -42,6 +42,11 @@ struct ModelRunnerOptions {
   int32_t max_num_batched_tokens = 2048;
   // Run every step eagerly, even on a backend that can record graphs.
   bool enforce_eager = false;
+  // vLLM's --calculate-kv-scales: on an fp8 KV cache, each layer's k_scale / v_scale come from the
+  // first forward pass's data, max |K| / kKScaleRange and max |V| / kVScaleRange (vLLM's
+  // K_SCALE_CONSTANT and V_SCALE_CONSTANT), K after RoPE, and replace the checkpoint's. A layer
+  // whose maximum is 0 or not finite keeps its scale. Other caches ignore it.
+  bool calculate_kv_scales = false;
   // Tests: after each Execute(), keep the sampled rows' logits on the host (last_sampled_logits()).
   bool keep_sampled_logits = false;
   // Structured outputs: let the engine compute the grammar masks while the forward pass runs
@@ -101,6 +106,12 @@ class ModelRunner final : public ModelExecutor {
   // The decode batch sizes graphs are recorded for, given max_num_seqs: 1, 2, 4, 8, then multiples
   // of 16 up to max_num_seqs rounded up to 16 (only those up to the first >= max_num_seqs).
   static std::vector<int32_t> GraphBatchSizes(int32_t max_num_seqs);
+  // The ranges of ModelRunnerOptions::calculate_kv_scales (vLLM's defaults).
+  static constexpr float kKScaleRange = 200.0f, kVScaleRange = 100.0f;
+  // Each layer's fp8 KV-cache scales as the kernels get them: the checkpoint's, or once the first
+  // step has run, calculated (calculate_kv_scales). [num_layers].
+  std::vector<KvScales> kv_scales() const;
+
   // Number of decode graphs recorded so far.
   int32_t num_recorded_graphs() const { return static_cast<int32_t>(graph_ids_.size()); }
 
@@ -155,6 +166,10 @@ class ModelRunner final : public ModelExecutor {
   void UploadStaged(void* device, size_t bytes);
   // Issues the ops of one forward pass; the logits of the sampled rows land in logits_.
   void Forward(const StepInputs& in);
+  // Layer `l`'s RoPE and K/V write in the step that calculates the fp8 scales: RoPE, the maxima of
+  // the step's K and V rows (one wait for the device), the scales, then the write with them.
+  void RopeAndWriteKvCalculatingScales(int32_t l, float* q, float* k, float* v,
+                                       const StepInputs& in);
   // Where a step left its logits in logits_: the row of each sampled sequence, and the first of
   // the prompt-logit rows (which follow one another).
   struct StepRows {
@@ -185,6 +200,10 @@ class ModelRunner final : public ModelExecutor {
   const float* rope_inv_freq_ = nullptr;  // [head_dim / 2]
   std::vector<LayerPtrs> layers_;
   DeviceBuffer kv_cache_;
+  // calculate_kv_scales on an fp8 cache, until a step has run: the next forward pass calculates
+  // the scales (eagerly: no graph step before it). abs_max_ holds the two maxima.
+  bool kv_scales_pending_ = false;
+  DeviceBuffer abs_max_;
 
   // Workspace, grown on demand: capacity in tokens / sequences / sampled rows / table entries.
   int32_t cap_tokens_ = 0, cap_seqs_ = 0, cap_sampled_ = 0, cap_table_ = 0;

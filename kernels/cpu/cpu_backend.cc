@@ -553,6 +553,15 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void AbsMax(const float* x, int32_t n, int32_t cols, int32_t stride, float* out) override {
+    float m = 0.0f;
+    for (int32_t t = 0; t < n; ++t) {
+      const float* row = x + static_cast<size_t>(t) * stride;
+      for (int32_t c = 0; c < cols; ++c) m = std::fmax(m, std::fabs(row[c]));
+    }
+    out[0] = m;
+  }
+
  private:
   // PagedAttention over a cache of T (float, or Bf16Bits when kv_cache_dtype() is bf16).
   template <typename T>

@@ -530,6 +530,9 @@ class CudaBackend final : public Backend {
                   float* out) override {
     Check(cuda::LaunchGatherRows(x, rows, m, dim, out, stream_), "GatherRows");
   }
+  void AbsMax(const float* x, int32_t n, int32_t cols, int32_t stride, float* out) override {
+    Check(cuda::LaunchAbsMax(x, n, cols, stride, out, stream_), "AbsMax");
+  }
   void AddBias(float* y, const float* bias, int32_t m, int32_t n) override {
     Check(cuda::LaunchAddBias(y, bias, m, n, stream_), "AddBias");
   }

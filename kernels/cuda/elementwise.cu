@@ -1,10 +1,11 @@
 // The row-wise and element-wise CUDA kernels: embedding, RMSNorm (+ fused residual add), RoPE, K/V
-// cache writes, SiLU-and-mul, row gathers, bias add, fp32 -> bf16. Each follows its CPU twin in
-// kernels/cpu/cpu_backend.cc (same formulas, same float functions; only summation order differs).
-// Batch invariance (issue 15): every kernel here treats a row alone with a launch shape that does
-// not depend on the number of rows; RMSNorm's one reduction is a block of kRowThreads per row
-// (thread j sums elements j, j + kRowThreads, ... in order, then BlockSum's fixed tree), and the
-// others reduce nothing, so a row's result is the same bits whatever the batch.
+// cache writes, SiLU-and-mul, row gathers, bias add, fp32 -> bf16, the absolute maximum. Each
+// follows its CPU twin in kernels/cpu/cpu_backend.cc (same formulas, same float functions; only
+// summation order differs). Batch invariance (issue 15): every kernel here treats a row alone with
+// a launch shape that does not depend on the number of rows; RMSNorm's one reduction is a block of
+// kRowThreads per row (thread j sums elements j, j + kRowThreads, ... in order, then BlockSum's
+// fixed tree), and the others reduce nothing, so a row's result is the same bits whatever the
+// batch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -136,6 +137,19 @@ __global__ void SiluAndMulKernel(const float* gate_up, int32_t n, int32_t hidden
     out[idx] = y;
     if (out_bf16 != nullptr) out_bf16[idx] = __float2bfloat16_rn(y);
   }
+}
+
+// One block over all of x: each thread folds elements tid, tid + blockDim.x, ... with fmaxf (NaNs
+// skipped), then BlockMax. A maximum is exact in any order.
+__global__ void AbsMaxKernel(const float* x, int32_t n, int32_t cols, int32_t stride, float* out) {
+  TS_SHARED_ARRAY(float, red, 32);
+  const size_t count = static_cast<size_t>(n) * cols;
+  float m = 0.0f;
+  for (size_t idx = threadIdx.x; idx < count; idx += blockDim.x) {
+    m = fmaxf(m, fabsf(x[(idx / cols) * stride + idx % cols]));
+  }
+  m = BlockMax(m, red);
+  if (threadIdx.x == 0) out[0] = m;
 }
 
 // One block per output row.
@@ -284,6 +298,13 @@ cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, fl
   if (count == 0) return cudaSuccess;
   TS_LAUNCH(SiluAndMulKernel, GridFor(count, 256), 256, 0, stream, gate_up, n, hidden, out,
             static_cast<__nv_bfloat16*>(out_bf16));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAbsMax(const float* x, int32_t n, int32_t cols, int32_t stride, float* out,
+                         cudaStream_t stream) {
+  if (n < 0 || cols < 0 || (n > 0 && stride < cols)) return cudaErrorInvalidValue;
+  TS_LAUNCH(AbsMaxKernel, 1, kRowThreads, 0, stream, x, n, cols, stride, out);
   return cudaGetLastError();
 }
 

@@ -54,6 +54,10 @@ cudaError_t LaunchWriteKvCache(const float* k, const float* v, int32_t stride, c
 cudaError_t LaunchSiluAndMul(const float* gate_up, int32_t n, int32_t hidden, float* out,
                              void* out_bf16, cudaStream_t stream);
 
+// out[0] = max |x[t, c]| over [n, cols] (row stride `stride`), NaNs skipped; one block.
+cudaError_t LaunchAbsMax(const float* x, int32_t n, int32_t cols, int32_t stride, float* out,
+                         cudaStream_t stream);
+
 cudaError_t LaunchGatherRows(const float* x, const int32_t* rows, int32_t m, int32_t dim,
                              float* out, cudaStream_t stream);
 

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <ostream>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "kernels/cuda/ops.h"
@@ -673,6 +674,39 @@ TEST_F(CudaKernelTest, SiluAndMulGatherRowsAndAddBiasMatchTheCpu) {
   cpu_->AddBias(y.c<float>(), bias.c<float>(), 54, 97);
   gpu_->AddBias(y.g<float>(), bias.g<float>(), 54, 97);
   EXPECT_TRUE(Bitwise(FromGpu(y), FromCpu(y)));
+}
+
+// AbsMax (--calculate-kv-scales): the largest |x| of a strided block of rows, exactly the CPU's,
+// on awkward sizes: no rows, one element, a partial block of threads, columns narrower than the
+// stride (the cells between must not count), the maximum in the last element or negative, NaNs
+// skipped.
+TEST_F(CudaKernelTest, AbsMaxIsTheCpusOnAwkwardSizes) {
+  std::mt19937 rng(12);
+  for (const auto& [n, cols, stride] : std::vector<std::tuple<int32_t, int32_t, int32_t>>{
+           {0, 5, 5}, {1, 1, 1}, {3, 97, 130}, {37, 257, 300}, {64, 64, 64}}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " cols=" + std::to_string(cols) +
+                 " stride=" + std::to_string(stride));
+    std::vector<float> h = Random(rng, static_cast<size_t>(std::max(n, 1)) * stride, -3.0f, 3.0f);
+    for (int32_t t = 0; t < n; ++t) {
+      for (int32_t j = cols; j < stride; ++j) h[static_cast<size_t>(t) * stride + j] = 1e6f;
+    }
+    for (const int variant : {0, 1, 2}) {
+      if (n > 0 && variant == 1) h[static_cast<size_t>(n - 1) * stride + cols - 1] = -7.5f;
+      if (n > 0 && variant == 2) h[0] = kNan;
+      Twin x = Put(h), out = Poisoned(1);
+      cpu_->AbsMax(x.c<float>(), n, cols, stride, out.c<float>());
+      gpu_->AbsMax(x.g<float>(), n, cols, stride, out.g<float>());
+      const std::vector<float> want = FromCpu(out);
+      EXPECT_TRUE(Bitwise(FromGpu(out), want)) << "variant " << variant;
+      if (n > 0 && variant == 1) {
+        EXPECT_EQ(want[0], 7.5f);
+      }
+      if (n == 0) {
+        EXPECT_EQ(want[0], 0.0f);
+      }
+      EXPECT_FALSE(std::isnan(want[0]));
+    }
+  }
 }
 
 TEST_F(CudaKernelTest, GemmAndLinearMatchTheCpuInFp32AndBf16) {

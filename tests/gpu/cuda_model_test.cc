@@ -244,6 +244,98 @@ TEST_F(CudaModelTest, Fp8CacheScalesOfTheCheckpointReachTheKernels) {
   EXPECT_NE(worst, worst_plain);
 }
 
+// vLLM's --calculate-kv-scales (ModelRunnerOptions::calculate_kv_scales) on an fp8 cache: the
+// first step sets each layer's k_scale / v_scale from its own K and V (layer 0 checked against the
+// CPU backend's ops: max |K| after RoPE / 200, max |V| / 100); that step's logits, and a decode
+// step's after it (replayed from a graph recorded after the scales were set), are bitwise those of
+// a runner whose checkpoint carries the same scales; later steps keep them; a bf16 cache ignores
+// the option.
+TEST_F(CudaModelTest, CalculatedKvScalesComeFromTheFirstStepAndReachTheKernels) {
+  const LlamaWeights& w = **weights_;
+  const ModelConfig& c = w.config;
+  auto make = [&](DType kv, bool calculate, std::shared_ptr<const LlamaWeights> weights) {
+    ModelRunnerOptions o;
+    o.num_kv_blocks = 8;
+    o.max_num_seqs = 4;
+    o.max_num_batched_tokens = 64;
+    o.calculate_kv_scales = calculate;
+    auto r =
+        ModelRunner::Create(std::move(weights), MakeCudaBackend(DType::kFloat32, false, kv), o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  };
+  const std::vector<std::vector<int32_t>> prompts = {{1, 65, 122, 263, 31}, {1, 38, 250, 263}};
+  ScheduledBatch prompt, decode;
+  prompt.max_blocks_per_seq = decode.max_blocks_per_seq = 1;
+  std::vector<int32_t> ids, positions;  // the prompt step's rows
+  for (int32_t s = 0; s < 2; ++s) {
+    const int32_t len = static_cast<int32_t>(prompts[s].size());
+    std::vector<int32_t> pos;
+    std::vector<int64_t> slots;
+    for (int32_t p = 0; p < len; ++p) {
+      pos.push_back(p);
+      slots.push_back(s * 16 + p);
+    }
+    prompt.AddSequence(prompts[s], pos, slots, len, {s}, true);
+    decode.AddSequence({7 + s}, {len}, {s * 16 + len}, len + 1, {s}, true);
+    ids.insert(ids.end(), prompts[s].begin(), prompts[s].end());
+    positions.insert(positions.end(), pos.begin(), pos.end());
+  }
+
+  auto calc = make(DType::kFp8E4m3, true, *weights_);
+  ASSERT_NE(calc, nullptr);
+  for (const KvScales& k : calc->kv_scales()) EXPECT_TRUE(k.k == 1.0f && k.v == 1.0f);
+  auto first = calc->ComputeLogits(prompt);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::vector<KvScales> scales = calc->kv_scales();
+  ASSERT_EQ(scales.size(), static_cast<size_t>(c.num_layers));
+
+  // Layer 0 by the CPU backend's ops: embedding, RMSNorm, the qkv projection, RoPE, the maxima.
+  {
+    std::unique_ptr<Backend> cpu = CreateCpuBackend(1);
+    const int32_t n = static_cast<int32_t>(ids.size()), width = c.q_dim() + 2 * c.kv_dim();
+    std::vector<float> x(static_cast<size_t>(n) * c.dim), xb(x.size()), qkv(n * width);
+    const std::vector<float> inv_freq = c.RopeInvFreq();
+    cpu->Embedding(w.token_embedding.data(), ids.data(), n, c.dim, x.data());
+    cpu->RmsNorm(x.data(), w.layers[0].attn_norm.data(), n, c.dim, c.rms_norm_eps, xb.data());
+    cpu->Gemm(xb.data(), w.layers[0].wqkv.data(), n, width, c.dim, qkv.data());
+    float* k = qkv.data() + c.q_dim();
+    cpu->Rope(qkv.data(), width, k, width, positions.data(), n, c.num_heads, c.num_kv_heads,
+              c.head_dim, inv_freq.data(), c.rope_style);
+    float kmax = 0.0f, vmax = 0.0f;
+    cpu->AbsMax(k, n, c.kv_dim(), width, &kmax);
+    cpu->AbsMax(k + c.kv_dim(), n, c.kv_dim(), width, &vmax);
+    EXPECT_NEAR(scales[0].k, kmax / ModelRunner::kKScaleRange, 1e-5f * kmax);
+    EXPECT_NEAR(scales[0].v, vmax / ModelRunner::kVScaleRange, 1e-5f * vmax);
+  }
+  auto with = std::make_shared<LlamaWeights>(w);
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    EXPECT_GT(scales[l].k, 0.0f);
+    EXPECT_GT(scales[l].v, 0.0f);
+    EXPECT_NE(scales[l].k, 1.0f);
+    with->layers[l].k_scale = scales[l].k;
+    with->layers[l].v_scale = scales[l].v;
+  }
+  auto fixed = make(DType::kFp8E4m3, false, with);
+  ASSERT_NE(fixed, nullptr);
+  auto fixed_first = fixed->ComputeLogits(prompt);
+  ASSERT_TRUE(fixed_first.ok());
+  EXPECT_TRUE(Bitwise(first->logits, fixed_first->logits));
+  auto next = calc->ComputeLogits(decode), fixed_next = fixed->ComputeLogits(decode);
+  ASSERT_TRUE(next.ok() && fixed_next.ok());
+  EXPECT_TRUE(Bitwise(next->logits, fixed_next->logits));
+  EXPECT_EQ(calc->num_recorded_graphs(), 1);
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    EXPECT_EQ(calc->kv_scales()[l].k, scales[l].k);
+    EXPECT_EQ(calc->kv_scales()[l].v, scales[l].v);
+  }
+
+  auto bf16 = make(DType::kBFloat16, true, *weights_);
+  ASSERT_NE(bf16, nullptr);
+  ASSERT_TRUE(bf16->ComputeLogits(prompt).ok());
+  for (const KvScales& k : bf16->kv_scales()) EXPECT_TRUE(k.k == 1.0f && k.v == 1.0f);
+}
+
 struct InvariantCase {
   std::vector<int32_t> prompt;
   int32_t max_tokens;
