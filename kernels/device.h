@@ -33,6 +33,10 @@ struct CudaBackendOptions {
   // Slower than cuBLAS (no tensor cores); see bench/RESULTS.md. Off by default, as vLLM's
   // VLLM_BATCH_INVARIANT.
   bool batch_invariant = false;
+  // GEMMs of decode-sized rows on bf16 weights by tinyserve's weight-stream kernels: up to 8 rows
+  // small_m_linear.cu (CUDA cores, x kept fp32), up to 64 mid_m_linear.cu (tensor cores), each with
+  // the feed-forward's SiLU-and-mul fused. False: cuBLAS for every m (benchmarks compare the two).
+  bool decode_gemm_kernels = true;
   // The KV cache's elements (vLLM's --kv-cache-dtype): bf16 (half the bytes and twice the tokens
   // of fp32; attention reads them widened to fp32 and computes in fp32), fp32, or fp8 e4m3 (a
   // quarter of fp32's bytes; kernels/fp8.h; scale 1.0, as vLLM without calibrated scales).

@@ -18,8 +18,11 @@
 // 4. Prefill attention over one 4096-token chunk (bf16 KV), as TFLOP/s and % of the bf16 GEMM rate;
 //    offline throughput of 1000 requests x (512 in, 128 out) through EngineCore, against a floor
 //    (prompt GEMM flops at the GEMM rate + one weight stream per decode wave + the KV reads).
-// 5. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 64, 2048}: cuBLAS
-//    against the batch-invariant GEMM, as TFLOP/s and weight GB/s (% of the copy bandwidth).
+// 5. Linear with bf16 weights, n x k = 2048 x 2048 and 8192 x 2048, m in {1, 8, 16, 32, 64, 2048}:
+//    the default path (the small-m kernels up to 8 rows, the tensor-core mid-m kernels up to 64,
+//    cuBLAS above), cuBLAS alone (CudaBackendOptions::decode_gemm_kernels off) and the
+//    batch-invariant GEMM, as TFLOP/s and weight GB/s (% of the copy bandwidth). Above 8 rows each
+//    call of the first two also converts x to bf16 (in a model the op before writes it).
 // Inputs are random (weights, activations, KV cache), never zeros; every CUDA return is checked
 // and a failed measurement reports its error on stderr and shows 0. cuBLAS is not linked: the
 // backend loads it (MeasureCublasBf16GemmFlops for the raw GEMM rate). Prints one table; exits 1 if
@@ -494,23 +497,25 @@ int Main(int argc, char** argv) {
   }
 
   std::printf(
-      "\nLinear, bf16 weights: cuBLAS (bf16 x bf16 tensor cores) vs batch-invariant (fp32 FMA)\n");
+      "\nLinear, bf16 weights: default (small-m / mid-m kernels, then cuBLAS), cuBLAS alone, "
+      "batch-invariant (fp32 FMA)\n");
   std::printf("%-6s %-6s %-6s %-10s %10s %10s %8s\n", "m", "n", "k", "gemm", "TFLOP/s", "w GB/s",
               "% copy");
-  for (bool invariant : {false, true}) {
+  for (const char* mode : {"default", "cuBLAS", "invariant"}) {
     CudaBackendOptions o;
     o.weight_dtype = DType::kBFloat16;
-    o.batch_invariant = invariant;
+    o.batch_invariant = std::strcmp(mode, "invariant") == 0;
+    o.decode_gemm_kernels = std::strcmp(mode, "cuBLAS") != 0;
     auto be = CreateCudaBackend(o);
     if (!be.ok()) return 1;
     for (int32_t n : {2048, 8192}) {
-      for (int32_t m : {1, 8, 64, 2048}) {
+      for (int32_t m : {1, 8, 16, 32, 64, 2048}) {
         const int32_t k = 2048;
         const double sec = LinearSeconds(**be, m, n, k);
         const double flops = 2.0 * m * n * k, wbytes = 2.0 * n * k;
-        std::printf("%-6d %-6d %-6d %-10s %10.2f %10.0f %7.1f%%\n", m, n, k,
-                    invariant ? "invariant" : "cuBLAS", sec > 0 ? flops / sec / 1e12 : 0.0,
-                    sec > 0 ? wbytes / sec / 1e9 : 0.0, sec > 0 ? 100 * wbytes / sec / bw : 0.0);
+        std::printf("%-6d %-6d %-6d %-10s %10.2f %10.0f %7.1f%%\n", m, n, k, mode,
+                    sec > 0 ? flops / sec / 1e12 : 0.0, sec > 0 ? wbytes / sec / 1e9 : 0.0,
+                    sec > 0 ? 100 * wbytes / sec / bw : 0.0);
       }
     }
   }

@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
         dtype_(options.weight_dtype),
         kv_dtype_(options.kv_cache_dtype),
         batch_invariant_(options.batch_invariant),
+        decode_gemms_(options.decode_gemm_kernels),
         blas_(*blas) {}
 
   ~CudaBackend() override {
@@ -257,9 +258,11 @@ class CudaBackend final : public Backend {
           SplitCounters(cuda::PagedAttentionCounters(l.max_tokens, l.num_heads)) != nullptr);
     // Linear: bf16 x for cuBLAS (bf16 or quantized weights, rows beyond the small-m kernels).
     const bool any_quant = !quant_.empty();
+    // The gated mid-m kernel writes the down GEMM's bf16 rows beside its own bf16 input.
     if (!batch_invariant_ && (dtype_ == DType::kBFloat16 || any_quant)) {
+      const size_t rows = std::max(tokens, 2 * std::min<size_t>(tokens, cuda::kMidMLinearRows));
       ok = ok && reserve(&bf16_scratch_, &bf16_scratch_bytes_,
-                         tokens * l.max_linear_k * sizeof(__nv_bfloat16));
+                         rows * l.max_linear_k * sizeof(__nv_bfloat16) + 16);
     }
     // The quantized matrices: each buffer at the largest any of them asks (one allocation each).
     const int32_t dot_rows =
@@ -389,12 +392,16 @@ class CudaBackend final : public Backend {
             "InvariantGemm");
       return;
     }
-    if (cuda::SmallMLinearApplies(x, w.data, m, k)) {  // a weight stream (small_m_linear.cu)
+    if (decode_gemms_ && cuda::SmallMLinearApplies(x, w.data, m, k)) {  // small_m_linear.cu
       Check(cuda::LaunchSmallMLinear(x, w.data, m, n, k, y, stream_), "SmallMLinear");
       return;
     }
     const __nv_bfloat16* xb = Bf16Rows(x, m, k);
     if (xb == nullptr) return;
+    if (decode_gemms_ && cuda::MidMLinearApplies(xb, w.data, m, k)) {  // mid_m_linear.cu
+      Check(cuda::LaunchMidMLinear(xb, w.data, m, n, k, y, stream_), "MidMLinear");
+      return;
+    }
     const float alpha = 1.0f, beta = 0.0f;
     CheckBlas(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data, CUDA_R_16BF,
                             k, xb, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
@@ -402,15 +409,29 @@ class CudaBackend final : public Backend {
               "cublasGemmEx");
   }
 
-  // Decode-sized rows on bf16 weights: the gated small-m kernel (one kernel, SiluAndMul's bits);
+  // Decode-sized rows on bf16 weights: the gated small-m kernel, or from 9 to 64 rows the gated
+  // mid-m kernel, which also writes the down GEMM's bf16 rows (one kernel, SiluAndMul's bits);
   // otherwise the Linear, then SiLU-and-mul (which writes the next GEMM's bf16 rows).
   void LinearSiluAndMul(const float* x, WeightRef w13, int32_t n, int32_t hidden, int32_t k,
                         float* gate_up, float* out) override {
     if (w13.layout == WeightLayout::kRowMajor && w13.dtype == DType::kBFloat16 &&
-        !batch_invariant_ && cuda::SmallMLinearApplies(x, w13.data, n, k)) {
-      Check(cuda::LaunchSmallMLinearSiluAndMul(x, w13.data, n, hidden, k, out, stream_),
-            "SmallMLinearSiluAndMul");
-      return;
+        !batch_invariant_ && decode_gemms_) {
+      if (cuda::SmallMLinearApplies(x, w13.data, n, k)) {
+        Check(cuda::LaunchSmallMLinearSiluAndMul(x, w13.data, n, hidden, k, out, stream_),
+              "SmallMLinearSiluAndMul");
+        return;
+      }
+      if (n <= cuda::kMidMLinearRows && hidden > 0) {
+        const __nv_bfloat16* xb = Bf16Rows(x, n, k);
+        if (xb == nullptr) return;
+        if (cuda::MidMLinearApplies(xb, w13.data, n, k)) {
+          void* ob = Bf16MirrorBeside(xb, static_cast<size_t>(n) * k, n, hidden);
+          Check(cuda::LaunchMidMLinearSiluAndMul(xb, w13.data, n, hidden, k, out, ob, stream_),
+                "MidMLinearSiluAndMul");
+          MirrorWritten(ob, out, n, hidden);
+          return;
+        }
+      }
     }
     Backend::LinearSiluAndMul(x, w13, n, hidden, k, gate_up, out);
   }
@@ -950,15 +971,33 @@ class CudaBackend final : public Backend {
   // conversion kernel fewer per GEMM), else converted here into the bf16 scratch.
   //
   // The producers write it only where the next GEMM will read it: bf16 or quantized weights
-  // without --batch-invariant, and more rows than the small-m kernels take (which read fp32).
+  // without --batch-invariant, and more rows than the small-m kernels take (which read fp32; all
+  // rows without decode_gemm_kernels).
   void* Bf16MirrorFor(int32_t rows, int32_t cols) {
     const size_t count = static_cast<size_t>(std::max(rows, 0)) * std::max(cols, 0);
-    if (batch_invariant_ || rows <= cuda::kSmallMLinearRows ||
+    if (batch_invariant_ || (decode_gemms_ && rows <= cuda::kSmallMLinearRows) ||
         (dtype_ != DType::kBFloat16 && quant_.empty()) ||
         count * sizeof(__nv_bfloat16) > bf16_scratch_bytes_) {
       return nullptr;
     }
     return bf16_scratch_;
+  }
+  // Where in the bf16 scratch a fused kernel that reads `in` [in_count] from it may write the bf16
+  // copy of its [rows, cols] output: past `in` (16-byte aligned) or before it, where it fits and
+  // Bf16MirrorFor allows; else null (the next GEMM then converts).
+  void* Bf16MirrorBeside(const void* in, size_t in_count, int32_t rows, int32_t cols) {
+    if (Bf16MirrorFor(rows, cols) == nullptr || !InBf16Scratch(in)) return nullptr;
+    const size_t bytes = static_cast<size_t>(rows) * cols * sizeof(__nv_bfloat16);
+    char* base = static_cast<char*>(bf16_scratch_);
+    const size_t begin = static_cast<size_t>(static_cast<const char*>(in) - base);
+    const size_t end = Align16(begin + in_count * sizeof(__nv_bfloat16));
+    if (end + bytes <= bf16_scratch_bytes_) return base + end;
+    return bytes <= begin ? base : nullptr;
+  }
+  bool InBf16Scratch(const void* p) const {
+    const char* base = static_cast<const char*>(bf16_scratch_);
+    return base != nullptr && static_cast<const char*>(p) >= base &&
+           static_cast<const char*>(p) < base + bf16_scratch_bytes_;
   }
   // Records that the last op wrote `mirror` (Bf16MirrorFor's answer) as the bf16 copy of `of`.
   void MirrorWritten(void* mirror, const float* of, int32_t rows, int32_t cols) {
@@ -972,14 +1011,14 @@ class CudaBackend final : public Backend {
   const __nv_bfloat16* Bf16Rows(const float* x, int32_t m, int32_t k) {
     const size_t count = static_cast<size_t>(m) * k;
     if (mirror_.of == x && mirror_.count == count && mirror_.ops == ops_ &&
-        mirror_.data == bf16_scratch_) {
+        InBf16Scratch(mirror_.data)) {
       return static_cast<const __nv_bfloat16*>(mirror_.data);  // written by the op just before
     }
     auto* xb = static_cast<__nv_bfloat16*>(
         Scratch(&bf16_scratch_, &bf16_scratch_bytes_, count * sizeof(__nv_bfloat16)));
     if (xb == nullptr) return nullptr;
     Check(cuda::LaunchFloatToBf16(x, count, xb, stream_), "FloatToBf16");
-    mirror_ = {};
+    MirrorWritten(xb, x, m, k);  // a caller that falls back to another GEMM reads it again
     return xb;
   }
 
@@ -1139,6 +1178,7 @@ class CudaBackend final : public Backend {
   const DType dtype_;
   const DType kv_dtype_;  // the KV cache's elements: fp32, bf16 or fp8 e4m3
   const bool batch_invariant_;
+  const bool decode_gemms_;  // CudaBackendOptions::decode_gemm_kernels
   const CublasApi blas_;
   std::string device_name_;
   int num_sms_ = 1;

@@ -79,6 +79,21 @@ cudaError_t LaunchSmallMLinear(const float* x, const void* w, int32_t m, int32_t
 cudaError_t LaunchSmallMLinearSiluAndMul(const float* x, const void* w13, int32_t m, int32_t hidden,
                                          int32_t k, float* out, cudaStream_t stream);
 
+// ---- mid_m_linear.cu: y [m, n] fp32 = x [m, k] bf16 * w [n, k]^T bf16 for m up to 64, on tensor
+// cores (mma.sync, fp32 accumulation), a weight stream with 16-byte loads; each output's order
+// depends on k only. The backend runs it for kSmallMLinearRows < m <= kMidMLinearRows.
+constexpr int32_t kMidMLinearRows = 64;
+// Whether LaunchMidMLinear takes these: 1 <= m <= kMidMLinearRows, k % 8 == 0, x and w 16-byte
+// aligned.
+bool MidMLinearApplies(const void* x, const void* w, int32_t m, int32_t k);
+cudaError_t LaunchMidMLinear(const void* x, const void* w, int32_t m, int32_t n, int32_t k,
+                             float* y, cudaStream_t stream);
+// out [m, hidden] = silu(gate) * up of LaunchMidMLinear(x, w13 [2 * hidden, k]) (gate columns
+// first), SiluAndMulKernel's arithmetic on the same sums (bitwise), and out_bf16 [m, hidden] (if
+// not null) its bf16 copy; one kernel. The same requirements; out_bf16 must not overlap x.
+cudaError_t LaunchMidMLinearSiluAndMul(const void* x, const void* w13, int32_t m, int32_t hidden,
+                                       int32_t k, float* out, void* out_bf16, cudaStream_t stream);
+
 // The batch-invariant GEMM (invariant_gemm.cu): y [m, n] fp32 = x [m, k] fp32 * w [n, k]^T, w fp32
 // or bf16 (`bf16`, widened exactly; x is not rounded). Every y element is one fmaf chain over k in
 // increasing order from 0.0f, as the CPU backend's GEMM: bitwise equal to it on equal inputs, and

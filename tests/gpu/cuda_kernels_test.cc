@@ -814,6 +814,15 @@ TEST_F(CudaKernelTest, ProducersWriteTheBf16RowsOfTheNextGemmAndSaveItsConversio
     b->AddRmsNorm(residual.as<float>(), xin.as<float>(), norm.as<float>(), m, dim, 1e-5f, out);
   });
   check("SiluAndMul", hidden, [&](float* out) { b->SiluAndMul(xin.as<float>(), m, hidden, out); });
+  // The gated mid-m kernel (13 rows) writes the down GEMM's rows beside its own bf16 input.
+  const std::vector<float> w13h = Random(rng, static_cast<size_t>(2) * hidden * dim);
+  const WeightRef w13 = b->UploadWeight(w13h.data(), w13h.size());
+  ASSERT_NE(w13.data, nullptr);
+  DeviceBuffer gate_up(b.get(), static_cast<size_t>(m) * 2 * hidden * 4);
+  check("LinearSiluAndMul", hidden, [&](float* out) {
+    b->LinearSiluAndMul(xin.as<float>(), w13, m, hidden, dim, gate_up.as<float>(), out);
+  });
+  b->Deallocate(const_cast<void*>(w13.data));
   // Attention: one sequence of 13 new tokens in one block of 16 (fp32 cache).
   const int32_t kv_width = kv_heads * head_dim, q_dim = heads * head_dim;
   DeviceBuffer q = put(Random(rng, static_cast<size_t>(m) * q_dim));
@@ -847,9 +856,10 @@ TEST_F(CudaKernelTest, ProducersWriteTheBf16RowsOfTheNextGemmAndSaveItsConversio
 }
 
 // Issue 19 item 4: at decode sizes the feed-forward's gate/up GEMM and SiLU-and-mul are one kernel
-// (the gated small-m kernel), bitwise the unfused pair's result, for every m <= 8 and awkward
-// hidden sizes (one row, a partial warp of rows, a partial block) and k (one 256-column step, a
-// partial one); above 8 rows, or on the batch-invariant path, the pair runs unfused.
+// (the gated small-m kernel up to 8 rows, the gated mid-m kernel up to 64), bitwise the unfused
+// pair's result, for every m <= 9 and 16, 17, 64, and awkward hidden sizes (one row, a partial warp
+// of rows, a partial block) and k (one 256-column step, a partial one). Counted on the host layer:
+// above 8 rows each side also converts x to bf16 (no producer wrote it here).
 TEST_F(CudaKernelTest, GatedSmallMLinearIsTheLinearThenSiluAndMulInOneKernel) {
   std::unique_ptr<Backend> b = MakeCudaBackend(DType::kBFloat16);
   ASSERT_NE(b, nullptr);
@@ -859,7 +869,7 @@ TEST_F(CudaKernelTest, GatedSmallMLinearIsTheLinearThenSiluAndMulInOneKernel) {
       const std::vector<float> wh = Random(rng, static_cast<size_t>(2 * hidden) * k);
       const WeightRef w13 = b->UploadWeight(wh.data(), wh.size());
       ASSERT_NE(w13.data, nullptr);
-      for (int32_t m = 1; m <= 9; ++m) {
+      for (const int32_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 64}) {
         SCOPED_TRACE("hidden=" + std::to_string(hidden) + " k=" + std::to_string(k) +
                      " m=" + std::to_string(m));
         const std::vector<float> xh = Random(rng, static_cast<size_t>(m) * k, -2.0f, 2.0f);
@@ -882,9 +892,9 @@ TEST_F(CudaKernelTest, GatedSmallMLinearIsTheLinearThenSiluAndMulInOneKernel) {
         b->CopyToHost(want.data(), plain.as<void>(), want.size() * 4);
         for (float v : want) ASSERT_FALSE(std::isnan(v));
         EXPECT_TRUE(Bitwise(got, want));
-        if (kOnHostLayer && m <= 8) {
-          EXPECT_EQ(k1 - k0, 1);  // against the Linear's one and SiLU-and-mul's one
-          EXPECT_EQ(k2 - k1, 2);
+        if (kOnHostLayer) {  // against the Linear's and SiLU-and-mul's
+          EXPECT_EQ(k1 - k0, m <= 8 ? 1 : 2);
+          EXPECT_EQ(k2 - k1, m <= 8 ? 2 : 3);
         }
       }
       b->Deallocate(const_cast<void*>(w13.data));
@@ -933,6 +943,78 @@ TEST_F(CudaKernelTest, SmallMLinearMatchesTheCpuAndARowIsTheSameForEveryM) {
       }
     }
     bf16->Deallocate(const_cast<void*>(wb.data));
+  }
+}
+
+// Decode-sized Linear of 9 to 64 rows on bf16 weights (mid_m_linear.cu, tensor cores, k % 8 == 0):
+// x is rounded to bf16 as for cuBLAS, so the CPU on the bf16-rounded x and w is the reference up
+// to summation order (the products are exact); and a row's result is the same bits for every m
+// (its order depends on k alone). Awkward n (one row, a partial 16-row tile, several) and k (one
+// 8-column vector, a partial 32-column chunk, chunks over all 8 warps and a partial round). With
+// CudaBackendOptions::decode_gemm_kernels off the same rows go to cuBLAS (uncounted on the host
+// layer): the same reference.
+TEST_F(CudaKernelTest, MidMLinearMatchesTheCpuAndARowIsTheSameForEveryM) {
+  std::unique_ptr<Backend> bf16 = MakeCudaBackend(DType::kBFloat16);
+  ASSERT_NE(bf16, nullptr);
+  CudaBackendOptions blas_options;
+  blas_options.decode_gemm_kernels = false;
+  StatusOr<std::unique_ptr<Backend>> blas = CreateCudaBackend(blas_options);
+  ASSERT_TRUE(blas.ok()) << blas.status().ToString();
+  std::mt19937 rng(29);
+  std::vector<std::pair<int32_t, int32_t>> shapes = {{1, 8}, {7, 24}, {33, 264}, {130, 1032}};
+  if (!kOnHostLayer) shapes.push_back({2048, 2048});
+  constexpr int32_t kMaxM = cuda::kMidMLinearRows;
+  for (const auto& [n, k] : shapes) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
+    const std::vector<float> xh = Random(rng, static_cast<size_t>(kMaxM) * k, -2.0f, 2.0f);
+    const std::vector<float> wh = Random(rng, static_cast<size_t>(n) * k);
+    Twin x = Put(RoundToBf16(xh)), wr = Put(RoundToBf16(wh));
+    Twin want = Poisoned(static_cast<size_t>(kMaxM) * n);
+    cpu_->Gemm(x.c<float>(), wr.c<float>(), kMaxM, n, k, want.c<float>());
+    const std::vector<float> ref = FromCpu(want);
+    const WeightRef wb = bf16->UploadWeight(wh.data(), wh.size());
+    ASSERT_NE(wb.data, nullptr);
+    DeviceBuffer dx(bf16.get(), xh.size() * 4), dy(bf16.get(), ref.size() * 4);
+    bf16->CopyToDevice(dx.as<void>(), xh.data(), xh.size() * 4);
+    std::vector<float> first_row;
+    for (const int32_t m : {9, 16, 17, 40, kMaxM}) {
+      SCOPED_TRACE("m=" + std::to_string(m));
+      const std::vector<float> nan(static_cast<size_t>(m) * n, kNan);
+      bf16->CopyToDevice(dy.as<void>(), nan.data(), nan.size() * 4);
+      const int64_t k0 = KernelsRun();
+      bf16->Linear(dx.as<float>(), wb, m, n, k, dy.as<float>());
+      if (kOnHostLayer) {
+        EXPECT_EQ(KernelsRun() - k0, 2) << "the bf16 conversion, then the GEMM";
+      }
+      ASSERT_TRUE(bf16->Synchronize().ok());
+      std::vector<float> got(nan.size());
+      bf16->CopyToHost(got.data(), dy.as<void>(), got.size() * 4);
+      EXPECT_TRUE(
+          Close(got, std::vector<float>(ref.begin(), ref.begin() + got.size()), 2e-4, 1e-4));
+      const std::vector<float> row(got.begin(), got.begin() + n);
+      if (first_row.empty()) {
+        first_row = row;
+      } else {
+        EXPECT_TRUE(Bitwise(row, first_row));
+      }
+    }
+    bf16->Deallocate(const_cast<void*>(wb.data));
+    // cuBLAS, for 16 rows.
+    Backend& b = **blas;
+    const WeightRef wc = b.UploadWeight(wh.data(), wh.size());
+    ASSERT_NE(wc.data, nullptr);
+    DeviceBuffer cx(&b, xh.size() * 4), cy(&b, ref.size() * 4);
+    b.CopyToDevice(cx.as<void>(), xh.data(), xh.size() * 4);
+    const int64_t k0 = KernelsRun();
+    b.Linear(cx.as<float>(), wc, 16, n, k, cy.as<float>());
+    if (kOnHostLayer) {
+      EXPECT_EQ(KernelsRun() - k0, 1) << "the bf16 conversion only";
+    }
+    ASSERT_TRUE(b.Synchronize().ok());
+    std::vector<float> got(static_cast<size_t>(16) * n);
+    b.CopyToHost(got.data(), cy.as<void>(), got.size() * 4);
+    EXPECT_TRUE(Close(got, std::vector<float>(ref.begin(), ref.begin() + got.size()), 2e-4, 1e-4));
+    b.Deallocate(const_cast<void*>(wc.data));
   }
 }
 
