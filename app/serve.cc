@@ -326,6 +326,8 @@ int RunServe(const ServeFlags& f, const std::string& default_shared_dir) {
   metrics_config.enable_prefix_caching = f.engine.enable_prefix_caching;
   // The dtype the cache holds (the resolved --kv-cache-dtype), not the flag's "auto".
   metrics_config.cache_dtype = DTypeName((*runner)->backend().kv_cache_dtype());
+  metrics_config.gpu_memory_utilization = f.engine.gpu_memory_utilization;
+  metrics_config.calculate_kv_scales = f.engine.calculate_kv_scales;
   for (const std::string& compat : f.metrics_compat) {
     if (compat == "gpu-cache-usage") metrics_config.compat_gpu_cache_usage = true;
   }

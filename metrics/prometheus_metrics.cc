@@ -105,7 +105,9 @@ PrometheusMetrics::PrometheusMetrics(const MetricsConfig& config)
                    {{"block_size", std::to_string(config_.block_size)},
                     {"num_gpu_blocks", std::to_string(config_.num_gpu_blocks)},
                     {"enable_prefix_caching", config_.enable_prefix_caching ? "True" : "False"},
-                    {"cache_dtype", config_.cache_dtype}})),
+                    {"cache_dtype", config_.cache_dtype},
+                    {"gpu_memory_utilization", OpenMetricsFloat(config_.gpu_memory_utilization)},
+                    {"calculate_kv_scales", config_.calculate_kv_scales ? "True" : "False"}})),
       // What the endpoint picker reads (kubernetes-sigs/gateway-api-inference-extension,
       // docs/proposals/003-model-server-protocol/README.md, "LoRA Adapter Serving"): a gauge
       // whose value is the last update's timestamp, labels max_lora, running_lora_adapters and

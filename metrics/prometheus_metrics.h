@@ -38,6 +38,8 @@ struct MetricsConfig {
   int32_t num_gpu_blocks = 0;  // KV cache blocks (on whichever device)
   bool enable_prefix_caching = true;
   std::string cache_dtype = "auto";
+  double gpu_memory_utilization = 0.9;  // as configured (written as Python's str of a float)
+  bool calculate_kv_scales = false;
   // vllm:lora_requests_info's max_lora label: adapters a batch can hold (0: no LoRA).
   int32_t max_lora = 0;
   // --metrics-compat gpu-cache-usage: also serve the names older routers read (vLLM before

@@ -34,7 +34,8 @@ const std::vector<Expected>& Catalogue() {
       {"vllm:kv_cache_usage_perc", "gauge", {}},
       {"vllm:cache_config_info",
        "gauge",
-       {"block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_dtype"}},
+       {"block_size", "num_gpu_blocks", "enable_prefix_caching", "cache_dtype",
+        "gpu_memory_utilization", "calculate_kv_scales"}},
       {"vllm:lora_requests_info",
        "gauge",
        {"max_lora", "running_lora_adapters", "waiting_lora_adapters"}},
@@ -165,7 +166,9 @@ TEST(MetricsCatalogueTest, EveryNameTypeAndLabelSetIsPresent) {
   EXPECT_EQ(text.Value("vllm:cache_config_info", {{"block_size", "16"},
                                                   {"num_gpu_blocks", "64"},
                                                   {"enable_prefix_caching", "True"},
-                                                  {"cache_dtype", "auto"}}),
+                                                  {"cache_dtype", "auto"},
+                                                  {"gpu_memory_utilization", "0.9"},
+                                                  {"calculate_kv_scales", "False"}}),
             1.0);
   // No LoRA: present, max_lora 0, empty adapter lists, the value a Unix time (of the last step).
   const double lora =

@@ -354,12 +354,22 @@ TEST_F(ServeProcessTest, KvCacheDtypeIsReportedAndRefusedWhereItCannotBeHad) {
   }
   for (const auto& [value, held] : std::vector<std::pair<std::string, std::string>>{
            {"auto", "float32"}, {"bfloat16", "bfloat16"}}) {
-    Start({"--device", "cpu", "--kv-cache-dtype", value}, "kv_dtype_" + value);
+    // The configured memory fraction is a label too (vLLM's CacheConfig fields), as Python writes
+    // a float.
+    const std::string utilization = value == "auto" ? "0.9" : "0.85";
+    std::vector<std::string> args = {"--device", "cpu", "--kv-cache-dtype", value};
+    if (value != "auto") args.insert(args.end(), {"--gpu-memory-utilization", utilization});
+    Start(args, "kv_dtype_" + value);
     if (HasFatalFailure()) return;
     httplib::Client client("127.0.0.1", port_);
     auto metrics = client.Get("/metrics");
     ASSERT_TRUE(metrics) << value;
     EXPECT_NE(metrics->body.find("cache_dtype=\"" + held + "\""), std::string::npos)
+        << metrics->body;
+    EXPECT_NE(metrics->body.find("gpu_memory_utilization=\"" + utilization + "\""),
+              std::string::npos)
+        << metrics->body;
+    EXPECT_NE(metrics->body.find("calculate_kv_scales=\"False\""), std::string::npos)
         << metrics->body;
     auto done = client.Post("/v1/completions",
                             R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})",
