@@ -224,8 +224,12 @@ void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n,
         pf.end = pf.next + static_cast<size_t>(next_np) * panel_floats * sizeof(float);
         pf.lines = (next_np + row_tiles - 2) / (row_tiles - 1);
       }
-      for (int32_t i = i0, t = 0; i < i1; i += isa.max_rows, ++t) {
-        const int32_t mr = std::min(isa.max_rows, i1 - i);
+      // The rows are shared out evenly (32 rows in AVX2's 6-row tiles: 6, 6, 5, 5, 5, 5, not
+      // 6 x 5 + 2): a tile of few rows has too few accumulator chains to hide the FMA latency
+      // and costs nearly a full tile's time.
+      const int32_t base_rows = (i1 - i0) / row_tiles, extra = (i1 - i0) % row_tiles;
+      for (int32_t i = i0, t = 0; i < i1; ++t) {
+        const int32_t mr = base_rows + (t < extra ? 1 : 0);
         Prefetch tile_pf;
         if (t > 0 && pf.lines > 0) {
           tile_pf = pf;
@@ -234,6 +238,7 @@ void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n,
         }
         isa.tiles[mr - 1][np - 1](x + static_cast<size_t>(i) * k, k, packed + pb * panel_floats,
                                   y + static_cast<size_t>(i) * n + col, n, ncols, tile_pf);
+        i += mr;
       }
     }
   }
