@@ -64,7 +64,7 @@ TEST(PackedGemmTest, EveryKernelEqualsTheOrderContractBitwise) {
     IsaScope scope(isa);
     if (!scope.ok()) continue;  // this CPU cannot run it
     ++isas_run;
-    for (int32_t m : {1, 2, 7, 9, 33, 64, 65}) {
+    for (int32_t m : {1, 2, 3, 4, 7, 8, 9, 33, 64, 65}) {
       for (int32_t n : {1, 17, 97, 300}) {
         for (int32_t k : {1, 5, 64, 257}) {
           SCOPED_TRACE(std::string(isa) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
