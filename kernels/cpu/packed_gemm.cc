@@ -146,8 +146,8 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const float* x, int32_t k, con
 // A kernel family: its tiles for every (mr, np) up to the family's maxima.
 struct Isa {
   const char* name;
-  int32_t max_rows;       // MR of the full tile
-  int32_t max_panels;     // NP of the full tile for m > 1
+  int32_t max_rows;    // MR of the full tile
+  int32_t max_panels;  // NP of the full tile for m > 1
   // NP for m = 1 .. 4, one tile of few rows (decode): more chains in flight per row.
   int32_t few_rows_panels[4];
   TileFn tiles[8][4];  // [mr - 1][np - 1]
