@@ -2,7 +2,9 @@
 // kernels/cpu/packed_gemm.h for every matrix product. The KV cache holds fp32 or (asked for) bf16
 // elements; attention widens bf16 exactly and computes in fp32 in the same order. The attention
 // loops have AVX2 / AVX-512 forms that give the portable loops' bits (this file is compiled with
-// -ffp-contract=off, kernels/CMakeLists.txt).
+// -ffp-contract=off, kernels/CMakeLists.txt): q.k eight keys at a time, the value sums in
+// registers for a prompt's tokens (their sequence's cache is reused from L2) and streamed row by
+// row for a decode token (its cache comes from memory once).
 //
 // Numerics follow llama2.c's run.c where it matters for token-exact parity: sequential float
 // accumulation in RMSNorm and attention, division by sqrtf(head_dim), powf/cosf/sinf RoPE. The
@@ -26,7 +28,9 @@
 #include <functional>
 #include <new>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -151,6 +155,25 @@ __attribute__((target("avx2"))) inline float LaneDotAvx2(const float* a, const T
   return sum;
 }
 
+// Lane j of the result is LaneDotAvx2's horizontal sum of v[j]:
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), for eight vectors at once.
+__attribute__((target("avx2"))) inline __m256 HorizontalSums8(const __m256 v[8]) {
+  // Halves: s_jk = [v_j's (l0 + l4, l1 + l5, l2 + l6, l3 + l7), v_k's the same] for k = j + 4.
+  __m256 s[4];
+  for (int j = 0; j < 4; ++j) {
+    s[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[j], v[j + 4], 0x20),
+                         _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+  }
+  // Pairs: per 128-bit half, (x0 + x2, x1 + x3) of two vectors side by side.
+  const __m256 t01 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 t23 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Last: (x0 + x2) + (x1 + x3), in lanes 0, 1, 2, 3 (v0 ... v3) and 4 ... 7 (v4 ... v7).
+  return _mm256_add_ps(_mm256_shuffle_ps(t01, t23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm256_shuffle_ps(t01, t23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // G consecutive heads' attention outputs, each head's head_dim (= 16 * NV) accumulators in
 // registers over all positions: out_u[i] = ((0 + a_u[0] * v_0[i]) + a_u[1] * v_1[i]) + ..., a
 // product, then an add, as AxpyPortable over the positions in order gives. Positions outer, so the
@@ -197,6 +220,195 @@ void WeightedValuesGroups(int32_t heads, const float* a, int32_t len, const int3
                                 out + u * 16 * NV);
   }
 }
+
+// Sixteen fp32 columns at out as two vectors of the even and the odd columns (and back): how
+// WeightedValuesAvx2 keeps a bf16 cache's columns, which widen as two vectors that way (Bf16Pair).
+__attribute__((target("avx2"))) inline void LoadEvenOdd(const float* out, __m256& even,
+                                                        __m256& odd) {
+  const __m256 x = _mm256_loadu_ps(out), y = _mm256_loadu_ps(out + 8);
+  const __m256 a = _mm256_permute2f128_ps(x, y, 0x20);  // columns 0-3, 8-11
+  const __m256 b = _mm256_permute2f128_ps(x, y, 0x31);  // columns 4-7, 12-15
+  even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+  odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+}
+__attribute__((target("avx2"))) inline void StoreEvenOdd(__m256 even, __m256 odd, float* out) {
+  const __m256 lo = _mm256_unpacklo_ps(even, odd);  // columns 0-3, 8-11
+  const __m256 hi = _mm256_unpackhi_ps(even, odd);  // columns 4-7, 12-15
+  _mm256_storeu_ps(out, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+// Sixteen bf16 elements widened exactly: the even ones (shifted up) and the odd ones (masked),
+// two integer operations and no shuffle (vpmovzxwd costs a shuffle a vector).
+__attribute__((target("avx2"))) inline void Bf16Pair(const Bf16Bits* p, __m256& even, __m256& odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// WeightedValuesAvx512's order on AVX2, over positions [p0, p1) and the 8 * NV columns of each
+// head from c0: G heads x NV vectors of 8 columns in ymm accumulators (at most 12), each starting
+// from +0 when p0 == 0 or else from what out holds (the same chain, continued), so that a run of
+// positions at a time keeps a few value blocks in cache while every head of an item passes over
+// them. a_u = a + u * len; head u's columns at rows(p) + v_off[u] + c0 and out + u * out_stride +
+// c0. On a bf16 cache each pair of vectors holds 16 columns as the even and the odd ones
+// (Bf16Pair); only the registers differ, never a column's chain.
+template <int NV, int G, typename Rows>
+__attribute__((target("avx2"))) void WeightedValuesAvx2(const float* a, int32_t len, int32_t p0,
+                                                        int32_t p1, int32_t c0,
+                                                        const int32_t* v_off, const Rows& rows,
+                                                        float* out, int32_t out_stride) {
+  static_assert(NV * G <= 12, "12 accumulators, the broadcast and a product of 16 ymm registers");
+  // A bf16 cache's columns in pairs of vectors (even, odd), the last one of an odd NV alone.
+  constexpr bool kBf16 =
+      std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(rows(0))>>, Bf16Bits>;
+  constexpr int kPairs = kBf16 ? NV / 2 : 0;
+  __m256 acc[G][NV];
+  for (int u = 0; u < G; ++u) {
+    const float* o = out + static_cast<size_t>(u) * out_stride + c0;
+    for (int j = 0; j < NV; ++j) acc[u][j] = _mm256_setzero_ps();
+    if (p0 == 0) continue;
+    for (int i = 0; i < kPairs; ++i) LoadEvenOdd(o + 16 * i, acc[u][2 * i], acc[u][2 * i + 1]);
+    for (int j = 2 * kPairs; j < NV; ++j) acc[u][j] = _mm256_loadu_ps(o + 8 * j);
+  }
+  for (int32_t p = p0; p < p1; ++p) {
+    const auto* row = rows(p);
+    for (int u = 0; u < G; ++u) {
+      const __m256 ap = _mm256_set1_ps(a[static_cast<size_t>(u) * len + p]);
+      const auto* v = row + v_off[u] + c0;
+      if constexpr (kBf16) {
+        for (int i = 0; i < kPairs; ++i) {
+          __m256 even, odd;
+          Bf16Pair(v + 16 * i, even, odd);
+          acc[u][2 * i] = _mm256_add_ps(acc[u][2 * i], _mm256_mul_ps(ap, even));
+          acc[u][2 * i + 1] = _mm256_add_ps(acc[u][2 * i + 1], _mm256_mul_ps(ap, odd));
+        }
+      }
+      for (int j = 2 * kPairs; j < NV; ++j)
+        acc[u][j] = _mm256_add_ps(acc[u][j], _mm256_mul_ps(ap, Load8(v + 8 * j)));
+    }
+  }
+  for (int u = 0; u < G; ++u) {
+    float* o = out + static_cast<size_t>(u) * out_stride + c0;
+    for (int i = 0; i < kPairs; ++i) StoreEvenOdd(acc[u][2 * i], acc[u][2 * i + 1], o + 16 * i);
+    for (int j = 2 * kPairs; j < NV; ++j) _mm256_storeu_ps(o + 8 * j, acc[u][j]);
+  }
+}
+
+// out[u * head_dim + i] for u < heads, i < head_dim (a multiple of 8): the weighted value sums of
+// WeightedValuesAvx512's order on AVX2, positions outer and every head of the item inner, so that
+// each value row is read once, whole and in order (a decode step reads the cache from memory:
+// a stream the prefetchers follow). The sums stay in L1 (heads * head_dim floats), a load and a
+// store a vector a position. On a bf16 cache the sums of 16 columns are kept in scratch as the
+// even and the odd ones (Bf16Pair) and put in order at the end; scratch [heads * head_dim].
+template <typename T, typename Rows>
+__attribute__((target("avx2"))) void WeightedValuesAvx2Stream(int32_t heads, int32_t head_dim,
+                                                              const float* a, int32_t len,
+                                                              const int32_t* v_off,
+                                                              const Rows& rows, float* out,
+                                                              float* scratch) {
+  constexpr bool kBf16 = std::is_same_v<T, Bf16Bits>;
+  const int32_t paired = kBf16 ? head_dim - head_dim % 16 : 0;  // columns kept even/odd
+  float* acc = kBf16 ? scratch : out;
+  std::fill(acc, acc + static_cast<size_t>(heads) * head_dim, 0.0f);
+  for (int32_t p = 0; p < len; ++p) {
+    const T* row = rows(p);
+    for (int32_t u = 0; u < heads; ++u) {
+      const __m256 ap = _mm256_set1_ps(a[static_cast<size_t>(u) * len + p]);
+      const T* v = row + v_off[u];
+      float* o = acc + static_cast<size_t>(u) * head_dim;
+      int32_t c = 0;
+      if constexpr (kBf16) {
+        for (; c < paired; c += 16) {
+          __m256 even, odd;
+          Bf16Pair(v + c, even, odd);
+          _mm256_storeu_ps(o + c, _mm256_add_ps(_mm256_loadu_ps(o + c), _mm256_mul_ps(ap, even)));
+          _mm256_storeu_ps(o + c + 8,
+                           _mm256_add_ps(_mm256_loadu_ps(o + c + 8), _mm256_mul_ps(ap, odd)));
+        }
+      }
+      for (; c < head_dim; c += 8)
+        _mm256_storeu_ps(o + c,
+                         _mm256_add_ps(_mm256_loadu_ps(o + c), _mm256_mul_ps(ap, Load8(v + c))));
+    }
+  }
+  if constexpr (kBf16) {
+    for (int32_t u = 0; u < heads; ++u) {
+      const float* o = acc + static_cast<size_t>(u) * head_dim;
+      float* d = out + static_cast<size_t>(u) * head_dim;
+      for (int32_t c = 0; c < paired; c += 16)
+        StoreEvenOdd(_mm256_loadu_ps(o + c), _mm256_loadu_ps(o + c + 8), d + c);
+      std::copy(o + paired, o + head_dim, d + paired);
+    }
+  }
+}
+
+// Positions a WeightedValuesAvx2 call covers: 32 rows of a 64-wide fp32 head are 8 KiB a head.
+constexpr int32_t kValuePositionRun = 32;
+
+// heads consecutive heads of head_dim = 8 * nv columns through WeightedValuesAvx2: groups of
+// 12 / NV heads where a head fits in 12 accumulators (NV = nv), else each head in column slices
+// of 8 vectors (NV = 8, then the rest); the positions a run at a time.
+template <int NV, typename Rows>
+void WeightedValuesAvx2Slices(int32_t heads, int32_t head_dim, const float* a, int32_t len,
+                              int32_t p0, int32_t p1, int32_t c0, const int32_t* v_off,
+                              const Rows& rows, float* out) {
+  constexpr int kG = 12 / NV;
+  int32_t u = 0;
+  for (; u + kG <= heads; u += kG) {
+    WeightedValuesAvx2<NV, kG>(a + static_cast<size_t>(u) * len, len, p0, p1, c0, v_off + u, rows,
+                               out + static_cast<size_t>(u) * head_dim, head_dim);
+  }
+  for (; u < heads; ++u) {
+    WeightedValuesAvx2<NV, 1>(a + static_cast<size_t>(u) * len, len, p0, p1, c0, v_off + u, rows,
+                              out + static_cast<size_t>(u) * head_dim, head_dim);
+  }
+}
+
+template <typename Rows>
+void WeightedValuesAvx2Run(int32_t nv, int32_t heads, int32_t head_dim, const float* a, int32_t len,
+                           int32_t p0, int32_t p1, int32_t c0, const int32_t* v_off,
+                           const Rows& rows, float* out) {
+#define TS_NV(N) \
+  case N:        \
+    return WeightedValuesAvx2Slices<N>(heads, head_dim, a, len, p0, p1, c0, v_off, rows, out);
+  switch (nv) {
+    TS_NV(1)
+    TS_NV(2)
+    TS_NV(3)
+    TS_NV(4)
+    TS_NV(5)
+    TS_NV(6)
+    TS_NV(7)
+    TS_NV(8)
+    TS_NV(9)
+    TS_NV(10)
+    TS_NV(11)
+    TS_NV(12)
+    default:
+      std::abort();  // nv is 1 ... 12
+  }
+#undef TS_NV
+}
+
+// out[u * head_dim + i] for u < heads, i < head_dim (a multiple of 8): the weighted value sums
+// of WeightedValuesAvx512's order, on AVX2.
+template <typename Rows>
+void WeightedValuesAvx2All(int32_t heads, int32_t head_dim, const float* a, int32_t len,
+                           const int32_t* v_off, const Rows& rows, float* out) {
+  const int32_t nv = head_dim / 8;
+  for (int32_t p0 = 0; p0 < len; p0 += kValuePositionRun) {
+    const int32_t p1 = std::min(len, p0 + kValuePositionRun);
+    if (nv <= 12) {
+      WeightedValuesAvx2Run(nv, heads, head_dim, a, len, p0, p1, 0, v_off, rows, out);
+      continue;
+    }
+    for (int32_t c = 0; c < nv; c += 8) {
+      WeightedValuesAvx2Run(std::min<int32_t>(8, nv - c), heads, head_dim, a, len, p0, p1, 8 * c,
+                            v_off, rows, out);
+    }
+  }
+}
+
 #endif
 
 // att[u * len + p] = LaneDot(q of head h0 + u, key row p's slice for that head) / denom, for
@@ -220,7 +432,33 @@ template <typename KeyRow>
 __attribute__((target("avx2"))) void ScoresAvx2(const float* qt, int32_t h0, int32_t heads,
                                                 int32_t kv_mul, int32_t head_dim, float denom,
                                                 int32_t len, const KeyRow& key_row, float* att) {
-  for (int32_t p = 0; p < len; ++p) {
+  int32_t p = 0;
+  if (head_dim % 8 == 0) {
+    // Eight positions at a time: eight keys' lane sums side by side, then their eight horizontal
+    // sums in one transposing reduction (LaneDotAvx2's tree, each sum in its own lane) and one
+    // vector division. The same bits as one position at a time, with the reduction's latency
+    // shared by eight keys.
+    const __m256 vdenom = _mm256_set1_ps(denom);
+    for (; p + 8 <= len; p += 8) {
+      decltype(key_row(0)) rows[8];
+      for (int j = 0; j < 8; ++j) rows[j] = key_row(p + j);
+      for (int32_t u = 0; u < heads; ++u) {
+        const int32_t h = h0 + u;
+        const float* qh = qt + h * head_dim;
+        const int32_t off = (h / kv_mul) * head_dim;
+        __m256 lane[8];
+        for (int j = 0; j < 8; ++j) lane[j] = _mm256_setzero_ps();
+        for (int32_t i = 0; i < head_dim; i += 8) {
+          const __m256 qv = _mm256_loadu_ps(qh + i);
+          for (int j = 0; j < 8; ++j)
+            lane[j] = _mm256_add_ps(lane[j], _mm256_mul_ps(qv, Load8(rows[j] + off + i)));
+        }
+        const __m256 sums = HorizontalSums8(lane);
+        _mm256_storeu_ps(att + static_cast<size_t>(u) * len + p, _mm256_div_ps(sums, vdenom));
+      }
+    }
+  }
+  for (; p < len; ++p) {
     const auto* krow = key_row(p);
     for (int32_t u = 0; u < heads; ++u) {
       const int32_t h = h0 + u;
@@ -267,12 +505,24 @@ template <typename Rows>
 void WeightedValues(int32_t, int32_t, const float*, int32_t, const int32_t*, const Rows&, float*) {
   std::abort();  // never called: kMaxValueVectors is 0
 }
+template <typename Rows>
+void WeightedValuesAvx2All(int32_t, int32_t, const float*, int32_t, const int32_t*, const Rows&,
+                           float*) {
+  std::abort();  // never called: no AVX2 off x86-64
+}
+template <typename T, typename Rows>
+void WeightedValuesAvx2Stream(int32_t, int32_t, const float*, int32_t, const int32_t*, const Rows&,
+                              float*, float*) {
+  std::abort();  // never called: no AVX2 off x86-64
+}
 #endif
 
 // Heads of one attention work item the vector value path takes (more: the portable loops).
 constexpr int32_t kMaxHeads = 256;
 
-bool g_attention_vectors = true;  // SetCpuAttentionVectorsForTesting
+// The widest attention kernels the CPU backend may use (SetCpuAttentionIsaForTesting): 2 =
+// AVX-512 where the CPU has it, 1 = AVX2 at most, 0 = the portable loops.
+int g_attention_isa = 2;
 
 class CpuBackend final : public Backend {
  public:
@@ -591,17 +841,20 @@ class CpuBackend final : public Backend {
     for (int32_t t = 0; t < meta.num_tokens; ++t) flops += meta.positions[t] + 1;
     flops *= 4LL * num_heads * head_dim;
 #if defined(__x86_64__)
-    const bool avx2 = g_attention_vectors && __builtin_cpu_supports("avx2");
-    const bool avx512 = g_attention_vectors && __builtin_cpu_supports("avx512f");
+    const bool avx2 = g_attention_isa >= 1 && __builtin_cpu_supports("avx2");
+    const bool avx512 = g_attention_isa >= 2 && __builtin_cpu_supports("avx512f");
 #else
     const bool avx2 = false, avx512 = false;
 #endif
-    // The values in registers (a group of heads at a time) where AVX-512 and head_dim allow.
+    // The values in registers (a group of heads at a time) where AVX-512 and head_dim allow,
+    // else on AVX2 where head_dim is a multiple of 8.
     const int32_t value_vectors = avx512 && head_dim % 16 == 0 &&
                                           head_dim / 16 <= kMaxValueVectors &&
                                           heads_per_item <= kMaxHeads
                                       ? head_dim / 16
                                       : 0;
+    const bool avx2_values =
+        value_vectors == 0 && avx2 && head_dim % 8 == 0 && heads_per_item <= kMaxHeads;
     For(flops > 200000, work, [&](int64_t wi) {
       thread_local std::vector<float> att;       // [heads_per_item, len]
       thread_local std::vector<int64_t> row_at;  // [len]: position p's row offset in the caches
@@ -637,6 +890,29 @@ class CpuBackend final : public Backend {
         for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
         WeightedValues(
             value_vectors, heads_per_item, att.data(), len, v_off,
+            [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim);
+        return;
+      }
+      // A decode token (its sequence's only query) reads the cache from memory once: every head
+      // of a row at a time, in order (a stream). A prompt's tokens share their sequence's cache
+      // from L2: a head at a time in registers, a run of positions at a time.
+      const bool stream =
+          heads_per_item > 1 && meta.query_start[seq_of[t] + 1] - meta.query_start[seq_of[t]] == 1;
+      if (avx2_values && stream) {
+        thread_local std::vector<float> scratch;
+        scratch.resize(static_cast<size_t>(heads_per_item) * head_dim);
+        int32_t v_off[kMaxHeads];
+        for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
+        WeightedValuesAvx2Stream<T>(
+            heads_per_item, head_dim, att.data(), len, v_off,
+            [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim, scratch.data());
+        return;
+      }
+      if (avx2_values) {
+        int32_t v_off[kMaxHeads];
+        for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
+        WeightedValuesAvx2All(
+            heads_per_item, head_dim, att.data(), len, v_off,
             [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim);
         return;
       }
@@ -730,6 +1006,23 @@ std::unique_ptr<Backend> CreateCpuBackend(int num_threads, DType kv_cache_dtype)
   return std::make_unique<CpuBackend>(num_threads, kv_cache_dtype);
 }
 
-void SetCpuAttentionVectorsForTesting(bool vectors) { g_attention_vectors = vectors; }
+bool SetCpuAttentionIsaForTesting(const char* isa) {
+  const std::string_view want(isa);
+  if (want == "best" || want == "portable") {
+    g_attention_isa = want == "best" ? 2 : 0;
+    return true;
+  }
+#if defined(__x86_64__)
+  if (want == "avx512" && __builtin_cpu_supports("avx512f")) {
+    g_attention_isa = 2;
+    return true;
+  }
+  if (want == "avx2" && __builtin_cpu_supports("avx2")) {
+    g_attention_isa = 1;
+    return true;
+  }
+#endif
+  return false;
+}
 
 }  // namespace tinyserve

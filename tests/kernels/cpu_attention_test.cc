@@ -2,12 +2,13 @@
 // written here as plain scalar float loops: per (token, head), score[p] = LaneDot(q, k_p) /
 // sqrt(head_dim) with LaneDot's eight lane sums; the max; exp(score - max) summed over p in order;
 // each divided by the sum; out[i] = sum over p in order of a[p] * v_p[i], a product then an add,
-// from +0. The backend runs vector versions of these loops (AVX2 dots, AVX-512 values held in
-// registers one head at a time) where the CPU and head_dim allow; they must give these bits on
-// every head_dim (vector widths and not), GQA ratio, batch size (one head per work item below 8
-// tokens, all heads per item from 8), block size and thread count, and so must the portable loops
-// (SetCpuAttentionVectorsForTesting(false)); on an fp32 cache and on a bf16 one (--kv-cache-dtype
-// bfloat16: the same order over the widened elements). WriteKvCache rounds to bf16 as CUDA's
+// from +0. The backend runs vector versions of these loops (AVX2 dots, eight keys at a time;
+// values held in AVX-512 or AVX2 registers a group of heads at a time) where the CPU and head_dim
+// allow; they must give these bits on every head_dim (vector widths and not), GQA ratio, batch
+// size (one head per work item below 8 tokens, all heads per item from 8), block size and thread
+// count, and so must the portable loops; every instruction set this CPU has is checked
+// (SetCpuAttentionIsaForTesting), on an fp32 cache and on a bf16 one (--kv-cache-dtype bfloat16:
+// the same order over the widened elements). WriteKvCache rounds to bf16 as CUDA's
 // __float2bfloat16_rn does.
 //
 // This file must not contract a * b + c into an fma: it is compiled without an FMA target (the
@@ -68,13 +69,15 @@ void ScalarHead(const float* q, const std::vector<const float*>& k,
 
 struct Case {
   int32_t block_size, num_heads, num_kv_heads, head_dim;
-  std::vector<int32_t> context_lens;  // one decode token per sequence at position len - 1
+  std::vector<int32_t> context_lens;  // a sequence's tokens end at position len - 1
+  int32_t query_len = 1;  // its last min(query_len, len) positions are queries (1: decode)
 };
 
 std::string Describe(const Case& c, int threads) {
   return "bs " + std::to_string(c.block_size) + ", heads " + std::to_string(c.num_heads) + "/" +
          std::to_string(c.num_kv_heads) + ", head_dim " + std::to_string(c.head_dim) + ", " +
-         std::to_string(c.context_lens.size()) + " tokens, " + std::to_string(threads) + " threads";
+         std::to_string(c.context_lens.size()) + " sequences of up to " +
+         std::to_string(c.query_len) + " queries, " + std::to_string(threads) + " threads";
 }
 
 void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DType::kFloat32) {
@@ -98,12 +101,14 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
     for (int32_t b = 0; b < (c.context_lens[s] + bs - 1) / bs; ++b) {
       tables[static_cast<size_t>(s) * max_blocks + b] = ids[next++];
     }
-    positions.push_back(c.context_lens[s] - 1);
-    starts.push_back(s + 1);
+    const int32_t queries = std::min(c.query_len, c.context_lens[s]);
+    for (int32_t j = 0; j < queries; ++j) positions.push_back(c.context_lens[s] - queries + j);
+    starts.push_back(starts.back() + queries);
   }
+  const int32_t tokens = starts.back();
   const size_t cache_floats = static_cast<size_t>(total_blocks) * bs * kv_width;
   std::vector<float> k_cache(cache_floats), v_cache(cache_floats);
-  std::vector<float> q(static_cast<size_t>(n) * q_stride);
+  std::vector<float> q(static_cast<size_t>(tokens) * q_stride);
   for (float& x : k_cache) x = dist(rng);
   for (float& x : v_cache) x = dist(rng);
   for (float& x : q) x = dist(rng);
@@ -118,19 +123,23 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
     }
   }
 
-  std::vector<float> want(static_cast<size_t>(n) * c.num_heads * hd);
+  std::vector<float> want(static_cast<size_t>(tokens) * c.num_heads * hd);
   for (int32_t s = 0; s < n; ++s) {
-    for (int32_t h = 0; h < c.num_heads; ++h) {
-      const int32_t kvh = h / (c.num_heads / c.num_kv_heads);
-      std::vector<const float*> k, v;
-      for (int32_t p = 0; p < c.context_lens[s]; ++p) {
-        const size_t slot =
-            static_cast<size_t>(tables[static_cast<size_t>(s) * max_blocks + p / bs]) * bs + p % bs;
-        k.push_back(&k_cache[slot * kv_width + kvh * hd]);
-        v.push_back(&v_cache[slot * kv_width + kvh * hd]);
+    for (int32_t t = starts[s]; t < starts[s + 1]; ++t) {
+      const int32_t len = positions[t] + 1;  // the token sees positions 0 ... its own
+      for (int32_t h = 0; h < c.num_heads; ++h) {
+        const int32_t kvh = h / (c.num_heads / c.num_kv_heads);
+        std::vector<const float*> k, v;
+        for (int32_t p = 0; p < len; ++p) {
+          const size_t slot =
+              static_cast<size_t>(tables[static_cast<size_t>(s) * max_blocks + p / bs]) * bs +
+              p % bs;
+          k.push_back(&k_cache[slot * kv_width + kvh * hd]);
+          v.push_back(&v_cache[slot * kv_width + kvh * hd]);
+        }
+        ScalarHead(&q[static_cast<size_t>(t) * q_stride + h * hd], k, v, len, hd,
+                   &want[(static_cast<size_t>(t) * c.num_heads + h) * hd]);
       }
-      ScalarHead(&q[static_cast<size_t>(s) * q_stride + h * hd], k, v, c.context_lens[s], hd,
-                 &want[(static_cast<size_t>(s) * c.num_heads + h) * hd]);
     }
   }
 
@@ -139,7 +148,7 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
   ASSERT_EQ(backend->kv_cache_dtype(), kv);
   const bool bf16 = kv == DType::kBFloat16;
   AttentionMetadata meta;
-  meta.num_tokens = n;
+  meta.num_tokens = tokens;
   meta.num_seqs = n;
   meta.positions = positions.data();
   meta.query_start = starts.data();
@@ -163,9 +172,9 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
 
 TEST(CpuAttentionTest, EqualsTheScalarOrderBitwiseOnEveryHeadDim) {
   for (const DType kv : {DType::kFloat32, DType::kBFloat16}) {
-    for (const bool vectors : {true, false}) {
-      SCOPED_TRACE(vectors ? "vector paths" : "portable loops");
-      SetCpuAttentionVectorsForTesting(vectors);
+    for (const char* isa : {"avx512", "avx2", "portable"}) {
+      if (!SetCpuAttentionIsaForTesting(isa)) continue;  // this CPU cannot run it
+      SCOPED_TRACE(isa);
       uint32_t seed = 40;
       for (int32_t head_dim : {8, 16, 20, 48, 64, 80, 128, 136, 256}) {
         for (int threads : {1, 2}) {
@@ -176,11 +185,18 @@ TEST(CpuAttentionTest, EqualsTheScalarOrderBitwiseOnEveryHeadDim) {
                            kv);
           ExpectScalarBits({1, 6, 1, head_dim, {7, 30, 2, 9, 11, 12, 13, 14, 50}}, threads, ++seed,
                            kv);
+          // 14 heads: AVX2's groups of 12 heads (head_dim 8) and of 6 (16) and what is left;
+          // contexts across its eight-key score blocks. Decode tokens stream the values, a
+          // prompt's tokens (query_len > 1) hold them in registers a 32-position run at a time.
+          ExpectScalarBits({16, 14, 2, head_dim, {1, 8, 9, 31, 32, 33, 65, 100, 7}}, threads,
+                           ++seed, kv);
+          ExpectScalarBits({16, 14, 2, head_dim, {1, 40, 100}, 5}, threads, ++seed, kv);
+          ExpectScalarBits({4, 4, 4, head_dim, {70, 3}, 9}, threads, ++seed, kv);
         }
       }
     }
   }
-  SetCpuAttentionVectorsForTesting(true);
+  SetCpuAttentionIsaForTesting("best");
 }
 
 // WriteKvCache into a bf16 cache: nearest with ties to even (what the CUDA backend's
