@@ -885,35 +885,26 @@ class CpuBackend final : public Backend {
         for (int32_t p = 0; p < len; ++p) a[p] /= sum;
       }
       float* ot = out + static_cast<size_t>(t) * num_heads * head_dim;
-      if (value_vectors > 0) {
+      if (value_vectors > 0 || avx2_values) {
         int32_t v_off[kMaxHeads];
         for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
-        WeightedValues(
-            value_vectors, heads_per_item, att.data(), len, v_off,
-            [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim);
-        return;
-      }
-      // A decode token (its sequence's only query) reads the cache from memory once: every head
-      // of a row at a time, in order (a stream). A prompt's tokens share their sequence's cache
-      // from L2: a head at a time in registers, a run of positions at a time.
-      const bool stream =
-          heads_per_item > 1 && meta.query_start[seq_of[t] + 1] - meta.query_start[seq_of[t]] == 1;
-      if (avx2_values && stream) {
-        thread_local std::vector<float> scratch;
-        scratch.resize(static_cast<size_t>(heads_per_item) * head_dim);
-        int32_t v_off[kMaxHeads];
-        for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
-        WeightedValuesAvx2Stream<T>(
-            heads_per_item, head_dim, att.data(), len, v_off,
-            [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim, scratch.data());
-        return;
-      }
-      if (avx2_values) {
-        int32_t v_off[kMaxHeads];
-        for (int32_t u = 0; u < heads_per_item; ++u) v_off[u] = ((h0 + u) / kv_mul) * head_dim;
-        WeightedValuesAvx2All(
-            heads_per_item, head_dim, att.data(), len, v_off,
-            [&](int32_t p) { return v_cache + row_at[p]; }, ot + h0 * head_dim);
+        const auto value_row = [&](int32_t p) { return v_cache + row_at[p]; };
+        float* oh = ot + h0 * head_dim;
+        // AVX2: a decode token (its sequence's only query) reads the cache from memory once, so
+        // it streams every head of a row at a time, in order; a prompt's tokens share their
+        // sequence's cache from L2: a head at a time in registers, a run of positions at a time.
+        const bool stream = heads_per_item > 1 &&
+                            meta.query_start[seq_of[t] + 1] - meta.query_start[seq_of[t]] == 1;
+        if (value_vectors > 0) {
+          WeightedValues(value_vectors, heads_per_item, att.data(), len, v_off, value_row, oh);
+        } else if (stream) {
+          thread_local std::vector<float> scratch;
+          scratch.resize(static_cast<size_t>(heads_per_item) * head_dim);
+          WeightedValuesAvx2Stream<T>(heads_per_item, head_dim, att.data(), len, v_off, value_row,
+                                      oh, scratch.data());
+        } else {
+          WeightedValuesAvx2All(heads_per_item, head_dim, att.data(), len, v_off, value_row, oh);
+        }
         return;
       }
       // Portable: positions outer, so each value row (every head's) is read once and in order.
