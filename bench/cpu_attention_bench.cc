@@ -3,10 +3,12 @@
 //
 //   cpu_attention_bench [--heads 12] [--kv-heads 12] [--head-dim 64] [--threads 2] [--reps 200]
 //                       [--isas best,avx2,portable] [--kv-cache-dtype float32|bfloat16]
-//                       [--layers 12]
+//                       [--layers 12] [--decode SEQS:CONTEXT ...]
 //
 // Shapes: decode at batch 1 and 32 (contexts 16 ... 144, as decode_bench's 16-token prompts and
-// 128 generated tokens give) and a prefill of 32 x 128-token prompts (bench throughput's shape).
+// 128 generated tokens give) and a prefill of 32 x 128-token prompts (bench throughput's shape);
+// or, with --decode, only decode steps of SEQS sequences at CONTEXT positions each (a small one
+// with --layers 1 keeps the cache in L2: the kernels' compute alone).
 // Prints microseconds per call (median of the reps) for each instruction set, and the ratio of
 // the last to the first (portable / best with the default --isas). An instruction set the CPU
 // lacks is left out (avx2 too where it is what best runs).
@@ -31,7 +33,7 @@ namespace tinyserve {
 namespace {
 
 struct Shape {
-  const char* name;
+  std::string name;
   std::vector<int32_t> context_lens, chunk_lens;
 };
 
@@ -56,6 +58,10 @@ int Run(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", kv_dtype, "the cache's element type")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--isas", isas_arg, "comma-separated: best, avx512, avx2, portable");
+  std::vector<std::string> decode_args;
+  app.add_option("--decode", decode_args,
+                 "SEQS:CONTEXT: a decode step of SEQS sequences at CONTEXT positions each, in "
+                 "place of the default shapes (repeatable)");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> isas;
   for (size_t at = 0; at <= isas_arg.size();) {
@@ -92,6 +98,20 @@ int Run(int argc, char** argv) {
   }
   Shape pre{"prefill 32 x 128", std::vector<int32_t>(32, 128), std::vector<int32_t>(32, 128)};
   shapes = {b1, b32, pre};
+  if (!decode_args.empty()) shapes.clear();
+  for (const std::string& arg : decode_args) {
+    int32_t seqs = 0, context = 0;
+    char tail = 0;
+    if (std::sscanf(arg.c_str(), "%d:%d%c", &seqs, &context, &tail) != 2 || seqs < 1 ||
+        context < 1) {
+      std::fprintf(stderr, "cpu_attention_bench: --decode %s: want SEQS:CONTEXT, both >= 1\n",
+                   arg.c_str());
+      return 2;
+    }
+    shapes.push_back(
+        Shape{"decode batch " + std::to_string(seqs) + ", context " + std::to_string(context),
+              std::vector<int32_t>(seqs, context), std::vector<int32_t>(seqs, 1)});
+  }
 
   const bool bf16 = kv_dtype == "bfloat16";
   std::unique_ptr<Backend> backend =
@@ -172,7 +192,7 @@ int Run(int argc, char** argv) {
       if (i >= static_cast<int32_t>(modes)) times[mode].push_back(us);  // the first warms up
     }
     SetCpuAttentionIsaForTesting("best");
-    std::printf("| %s |", sh.name);
+    std::printf("| %s |", sh.name.c_str());
     for (size_t m = 0; m < modes; ++m) std::printf(" %.1f |", MedianMicros(times[m]));
     std::printf(" %.2fx |\n", MedianMicros(times.back()) / MedianMicros(times.front()));
   }

@@ -121,12 +121,50 @@ void AxpyPortable(float a, const T* v, int32_t n, float* out) {
   for (int32_t i = 0; i < n; ++i) out[i] += a * Widen(v[i]);
 }
 
+// a[u * len + p] for u < heads, p < len, each row softmaxed in place: its max taken in order of p
+// (std::max), subtracted, ExpF, the sum taken in order of p, then each element divided by it. The
+// max and sum chains of up to kSoftmaxChains rows run side by side, positions outer, so a decode
+// token's heads do not wait on one another's add latency; each row's chain is the same either way.
+constexpr int32_t kSoftmaxChains = 16;
+inline void SoftmaxRows(float* a, int32_t heads, int32_t len) {
+  for (int32_t u0 = 0; u0 < heads; u0 += kSoftmaxChains) {
+    const int32_t g = std::min(kSoftmaxChains, heads - u0);
+    float* rows = a + static_cast<size_t>(u0) * len;
+    float chain[kSoftmaxChains];
+    for (int32_t u = 0; u < g; ++u) chain[u] = -INFINITY;
+    for (int32_t p = 0; p < len; ++p) {
+      for (int32_t u = 0; u < g; ++u)
+        chain[u] = std::max(chain[u], rows[u * static_cast<size_t>(len) + p]);
+    }
+    for (int32_t u = 0; u < g; ++u) {
+      float* r = rows + static_cast<size_t>(u) * len;
+      for (int32_t p = 0; p < len; ++p) r[p] -= chain[u];
+      ExpF(r, len, r);
+      chain[u] = 0.0f;
+    }
+    for (int32_t p = 0; p < len; ++p) {
+      for (int32_t u = 0; u < g; ++u) chain[u] += rows[u * static_cast<size_t>(len) + p];
+    }
+    for (int32_t u = 0; u < g; ++u) {
+      float* r = rows + static_cast<size_t>(u) * len;
+      for (int32_t p = 0; p < len; ++p) r[p] /= chain[u];
+    }
+  }
+}
+
 #if defined(__x86_64__)
 // Eight (sixteen) elements of a cache row widened to fp32.
 __attribute__((target("avx2"))) inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+// A bf16 row's eight elements, in order, exactly: the 16 bytes in both halves of a ymm register
+// (a load, no ALU operation), then one byte shuffle puts each element's two bytes in the top half
+// of its lane and zeroes the bottom (vpmovzxwd and a shift took two, the shift on one pipe of
+// Zen's four).
 __attribute__((target("avx2"))) inline __m256 Load8(const Bf16Bits* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  const __m256i w =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i up = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,  //
+                                      -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+  return _mm256_castsi256_ps(_mm256_shuffle_epi8(w, up));
 }
 __attribute__((target("avx512f"))) inline __m512 Load16(const float* p) {
   return _mm512_loadu_ps(p);
@@ -874,16 +912,7 @@ class CpuBackend final : public Backend {
       } else {
         ScoresPortable(qt, h0, heads_per_item, kv_mul, head_dim, denom, len, key_row, att.data());
       }
-      for (int32_t u = 0; u < heads_per_item; ++u) {
-        float* a = att.data() + static_cast<size_t>(u) * len;
-        float max_score = -INFINITY;
-        for (int32_t p = 0; p < len; ++p) max_score = std::max(max_score, a[p]);
-        for (int32_t p = 0; p < len; ++p) a[p] -= max_score;
-        ExpF(a, len, a);
-        float sum = 0.0f;
-        for (int32_t p = 0; p < len; ++p) sum += a[p];
-        for (int32_t p = 0; p < len; ++p) a[p] /= sum;
-      }
+      SoftmaxRows(att.data(), heads_per_item, len);
       float* ot = out + static_cast<size_t>(t) * num_heads * head_dim;
       if (value_vectors > 0 || avx2_values) {
         int32_t v_off[kMaxHeads];
