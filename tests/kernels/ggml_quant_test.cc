@@ -435,13 +435,14 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
 }
 
 // Q8_0, Q4_K and Q6_K rows interleaved 8 at a time (RepackRows8) on level, scale and min bytes no
-// quantizer writes: the 8-row kernels give DotRowReference's bits for 16 rows (two groups) and
-// batches of 1..17 (whole and partial tiles of activation rows: 4 a call for the K-quants, 8 for
-// Q8_0 on VNNI), with k = 256 * 3. And they do read the copy:
+// quantizer writes: the 8-row kernels give DotRowReference's bits for 24 rows (three groups: on
+// VNNI, Q8_0 runs the first two together in 512-bit registers from 2 activation rows on, the
+// third alone) and batches of 1..17 (whole and partial tiles of activation rows: 4 a call for the
+// K-quants, 8 for Q8_0 on VNNI), with k = 256 * 3. And they do read the copy:
 // a copy of other rows changes every result (on the SIMD instruction sets; the portable path
 // reads the blocks).
 TEST(GgmlQuantTest, InterleavedRowsGiveTheReferenceBits) {
-  const int32_t k = 768, n = 16, max_m = 17;
+  const int32_t k = 768, n = 24, max_m = 17;
   const std::vector<float> x = Gaussian(static_cast<size_t>(max_m) * k, 41, 4.0f);
   for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
     ASSERT_TRUE(HasRows8Layout(t));
