@@ -217,7 +217,7 @@ void UnpackRow(const float* packed, int32_t k, int32_t j, float* out) {
 void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n, int32_t k,
                       int32_t pb0, int32_t pb1, float* y) {
   const Isa& isa = *ActiveIsa();
-  const int32_t np_max = m <= 4 ? isa.few_rows_panels[std::max(m, 1) - 1] : isa.max_panels;
+  const int32_t np_max = PackedGemmGroupPanels(m);
   const size_t panel_floats = static_cast<size_t>(k) * kW;
   for (int32_t i0 = 0; i0 < m; i0 += kRowBlock) {
     const int32_t i1 = std::min(m, i0 + kRowBlock);
@@ -266,6 +266,11 @@ void GemmReference(const float* x, const float* w, int32_t m, int32_t n, int32_t
       y[static_cast<size_t>(i) * n + j] = acc;
     }
   }
+}
+
+int32_t PackedGemmGroupPanels(int32_t m) {
+  const Isa& isa = *ActiveIsa();
+  return m <= 4 ? isa.few_rows_panels[std::max(m, 1) - 1] : isa.max_panels;
 }
 
 const char* PackedGemmIsa() { return ActiveIsa()->name; }

@@ -51,6 +51,9 @@ void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n,
 // compared with bitwise in tests/kernels.  x [m, k], w [n, k], y [m, n].
 void GemmReference(const float* x, const float* w, int32_t m, int32_t n, int32_t k, float* y);
 
+// How many panels GemmPackedPanels takes at a time for m rows (a group: every row tile reads it,
+// and the tiles after the first prefetch the next group of the same call).
+int32_t PackedGemmGroupPanels(int32_t m);
 // Which kernel GemmPackedPanels runs on this CPU: "avx512", "avx2" or "portable".
 const char* PackedGemmIsa();
 
