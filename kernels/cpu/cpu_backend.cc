@@ -964,11 +964,11 @@ class CpuBackend final : public Backend {
       return;
     }
     // Guided self-scheduling: a thread takes the next contiguous run of whole panel groups
-    // (PackedGemmGroupPanels), half its share of what is left (at least one group), so the first
-    // runs are long (each run's first group is read cold; the later ones come prefetched) and
-    // the last short (the threads finish together). Fixed ranges (8 a thread) were 1.4-2.6%
-    // slower on Zen 5 (batch-32 decode, offline 32 x (128 + 128)). Which thread computes a panel
-    // changes no bits.
+    // (PackedGemmGroupPanels), its share of what is left (at least one group), so the first runs
+    // are long (each run's first group is read cold; the later ones come prefetched) and the last
+    // short (the threads finish together). On Zen 5, fixed ranges (8 a thread) were 1.4-5.5%
+    // slower (batch-32 decode, offline 32 x (128 + 128)), and half a share a run ~2% slower in
+    // batch-32 decode. Which thread computes a panel changes no bits.
     const int32_t group = PackedGemmGroupPanels(m);
     const int32_t nt = num_threads_;
     std::atomic<int32_t> next{0};
@@ -979,7 +979,7 @@ class CpuBackend final : public Backend {
         do {
           const int32_t left = panels - pb0;
           if (left <= 0) return;
-          take = std::min(left, std::max(group, left / (2 * nt) / group * group));
+          take = std::min(left, std::max(group, left / nt / group * group));
         } while (!next.compare_exchange_weak(pb0, pb0 + take, std::memory_order_relaxed));
         GemmPackedPanels(x, packed, m, n, k, pb0, pb0 + take, y);
         pb0 = next.load(std::memory_order_relaxed);
