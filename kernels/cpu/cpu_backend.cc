@@ -954,7 +954,8 @@ class CpuBackend final : public Backend {
   }
 
   // y = x * w^T over packed w: the pool's threads take contiguous runs of output panels (never
-  // a share of k), a descheduled thread's share going to the others.
+  // a share of k). A thread descheduled inside a long first run holds the region back by what is
+  // left of that run: the price of the longer runs (fixed short ranges limited it to one range).
   void PackedGemm(const float* x, const float* packed, int32_t m, int32_t n, int32_t k, float* y) {
     if (m <= 0 || n <= 0) return;
     const int32_t panels = NumPanels(n);

@@ -519,6 +519,15 @@ __attribute__((target("avx2"))) inline __m256i Broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// A super-block's activation sums (16 int16, one per 16 elements) added into its 8 sub-blocks'
+// sums, two to a 32-bit element: pair[p] holds sub-block 2 p's (low half) and 2 p + 1's, for madd
+// against the rows' paired mins.
+__attribute__((target("avx2"))) inline void SubBlockSumPairs(const int16_t* sums, int32_t pair[4]) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(pair),
+                   _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums)),
+                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + 8))));
+}
+
 // The fp32 half of one super-block for 8 weight rows and C activation rows (DotBlocksQ4_K's
 // steps, a lane per weight row): isum[c] holds the rows' I; M comes from the mins here.
 template <int C>
@@ -535,12 +544,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void FinishQ4_Kx8(const uint8_t*
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kX8Mins + 16 * p)));
   }
   for (int c = 0; c < C; ++c) {
-    const int16_t* sums = x[c].sums + 16 * b;
-    // 32-bit element p: the activations' sums of sub-blocks 2 p (low half) and 2 p + 1.
     int32_t pair[4];
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(pair),
-                     _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums)),
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + 8))));
+    SubBlockSumPairs(x[c].sums + 16 * b, pair);
     __m256i msum = _mm256_setzero_si256();
     for (int p = 0; p < 4; ++p)
       msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mn[p], _mm256_set1_epi32(pair[p])));
@@ -702,11 +707,8 @@ __attribute__((target(TINYSERVE_VNNI ",avx512bw"))) void TileQ4_Kx16Vnni(const u
                                          LoadPair16(b0 + kX8Mins + 16 * p, b1 + kX8Mins + 16 * p));
     }
     for (int c = 0; c < C; ++c) {
-      const int16_t* sums = x[c].sums + 16 * b;
       int32_t pair[4];
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pair),
-                       _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums)),
-                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + 8))));
+      SubBlockSumPairs(x[c].sums + 16 * b, pair);
       __m512i msum = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p)
         msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mn[p], _mm512_set1_epi32(pair[p])));

@@ -436,9 +436,10 @@ TEST(GgmlQuantTest, FusedKernelsAgreeOnEveryLevelByte) {
 
 // Q8_0, Q4_K and Q6_K rows interleaved 8 at a time (RepackRows8) on level, scale and min bytes no
 // quantizer writes: the 8-row kernels give DotRowReference's bits for 24 rows (three groups: on
-// VNNI, Q8_0 runs the first two together in 512-bit registers from 2 activation rows on, the
-// third alone) and batches of 1..17 (whole and partial tiles of activation rows: 4 a call for the
-// K-quants, 8 for Q8_0 on VNNI), with k = 256 * 3. And they do read the copy:
+// VNNI the first two run together in 512-bit registers, from 2 activation rows on for Q8_0 and
+// from 4 for the K-quants, the third alone) and batches of 1..17 (whole and partial tiles of
+// activation rows: 4 a call for the K-quants, 8 for Q8_0 on VNNI), with k = 256 * 3. And they do
+// read the copy:
 // a copy of other rows changes every result (on the SIMD instruction sets; the portable path
 // reads the blocks).
 TEST(GgmlQuantTest, InterleavedRowsGiveTheReferenceBits) {
