@@ -27,11 +27,11 @@
 #endif
 
 #include "bench_common.h"
+#include "decode_loop.h"
 #include "models/llama2c.h"
 #include "models/model_loader.h"
 #include "models/model_runner.h"
 #include "models/presets.h"
-#include "models/static_batch_generator.h"
 #include "weight_bytes.h"
 
 namespace tinyserve {
@@ -112,59 +112,6 @@ double MeasureFmaPeak(int threads) {
 #endif
 }
 
-struct Result {
-  double tokens_per_s = 0.0;
-};
-
-// Prefills `batch` sequences of `prompt_len` tokens, then times `steps` decode steps.
-StatusOr<Result> RunDecode(ModelRunner& runner, int32_t batch, int32_t prompt_len, int32_t steps) {
-  const int32_t bs = runner.block_size();
-  const int32_t max_blocks = (runner.max_model_len() + bs - 1) / bs;
-  const int32_t vocab = runner.vocab_size();
-  std::vector<std::vector<int32_t>> tables(batch);
-  int32_t next_block = 0;
-  for (auto& t : tables) {
-    for (int32_t b = 0; b < max_blocks; ++b) t.push_back(next_block++);
-  }
-  if (next_block > runner.num_kv_blocks()) return ResourceExhausted("too few KV blocks");
-  std::vector<int32_t> last(batch);
-  auto slot = [&](int32_t s, int32_t p) {
-    return static_cast<int64_t>(tables[s][p / bs]) * bs + p % bs;
-  };
-  {
-    ScheduledBatch prefill;
-    prefill.max_blocks_per_seq = max_blocks;
-    for (int32_t s = 0; s < batch; ++s) {
-      std::vector<int32_t> toks, pos;
-      std::vector<int64_t> slots;
-      for (int32_t p = 0; p < prompt_len; ++p) {
-        toks.push_back(1 + (s * 131 + p * 17) % (vocab - 1));
-        pos.push_back(p);
-        slots.push_back(slot(s, p));
-      }
-      prefill.AddSequence(toks, pos, slots, prompt_len, tables[s], true);
-    }
-    auto out = runner.ComputeLogits(prefill);
-    if (!out.ok()) return out.status();
-    for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
-  }
-  const auto t0 = Clock::now();
-  for (int32_t step = 0; step < steps; ++step) {
-    const int32_t p = prompt_len + step;
-    ScheduledBatch decode;
-    decode.max_blocks_per_seq = max_blocks;
-    for (int32_t s = 0; s < batch; ++s) {
-      decode.AddSequence({last[s]}, {p}, {slot(s, p)}, p + 1, tables[s], true);
-    }
-    auto out = runner.ComputeLogits(decode);
-    if (!out.ok()) return out.status();
-    for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
-  }
-  Result r;
-  r.tokens_per_s = static_cast<double>(batch) * steps / Seconds(t0, Clock::now());
-  return r;
-}
-
 int Main(int argc, char** argv) {
   CLI::App app{"decode_bench: CPU decode tokens/s against the memory-bandwidth floor"};
   std::string presets = "stories260K,stories15M,stories110M", threads = "1,2", batches = "1,32";
@@ -237,26 +184,23 @@ int Main(int argc, char** argv) {
           std::fprintf(stderr, "%s\n", runner.status().message().c_str());
           return 1;
         }
-        (void)RunDecode(**runner, batch, prompt_len, 2);  // warm-up
-        auto r = RunDecode(**runner, batch, prompt_len, decode_tokens);
+        (void)TimedGreedyDecode(**runner, batch, prompt_len, 2);  // warm-up
+        StatusOr<double> r = TimedGreedyDecode(**runner, batch, prompt_len, decode_tokens);
         if (!r.ok()) {
           std::fprintf(stderr, "%s\n", r.status().message().c_str());
           return 1;
         }
-        if (batch == 1) single = r->tokens_per_s;
+        if (batch == 1) single = *r;
         // Every weight read is one multiply-add per token (the embedding is a lookup).
-        const double gflops = r->tokens_per_s * 2.0 * static_cast<double>(read_params) / 1e9;
+        const double gflops = *r * 2.0 * static_cast<double>(read_params) / 1e9;
         std::printf(
             "| %s | %.2fM | %.1f | %d | %d | %.1f | %.1f | %s | %s | %.1f | %s |\n", name.c_str(),
-            c.num_parameters() / 1e6, weight_bytes / 1e6, nt, batch, r->tokens_per_s, floor_tps,
+            c.num_parameters() / 1e6, weight_bytes / 1e6, nt, batch, *r, floor_tps,
             batch == 1
-                ? (std::to_string(static_cast<int>(100.0 * r->tokens_per_s / floor_tps + 0.5)) +
-                   "%")
-                      .c_str()
+                ? (std::to_string(static_cast<int>(100.0 * *r / floor_tps + 0.5)) + "%").c_str()
                 : "",
-            single > 0 && batch != 1
-                ? (std::to_string(r->tokens_per_s / single).substr(0, 5) + "x").c_str()
-                : "",
+            single > 0 && batch != 1 ? (std::to_string(*r / single).substr(0, 5) + "x").c_str()
+                                     : "",
             gflops,
             fma_peak > 0
                 ? (std::to_string(static_cast<int>(100.0 * gflops * 1e9 / fma_peak + 0.5)) + "%")

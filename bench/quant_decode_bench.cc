@@ -11,7 +11,6 @@
 // sets (kernels/cpu/quant_gemm.h), alternating with the rest, so they compare in one run.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -19,70 +18,22 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "decode_loop.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "models/gguf_model.h"
 #include "models/llama2c.h"
 #include "models/model_runner.h"
 #include "models/presets.h"
-#include "models/static_batch_generator.h"
 #include "weight_bytes.h"
 
 namespace tinyserve {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // Best-of-3 read bandwidth (bytes/s) of `threads` threads streaming a 512 MiB buffer.
 double ReadBandwidth(int threads) {
   std::vector<float> buf((size_t{1} << 29) / sizeof(float));
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i & 7);
   return StreamingReadBandwidth(buf.data(), buf.size(), threads, 3);
-}
-
-// Prefills `batch` sequences, then returns the tokens/s of `steps` decode steps.
-StatusOr<double> Decode(ModelRunner& runner, int32_t batch, int32_t prompt_len, int32_t steps) {
-  const int32_t bs = runner.block_size();
-  const int32_t max_blocks = (runner.max_model_len() + bs - 1) / bs;
-  const int32_t vocab = runner.vocab_size();
-  std::vector<std::vector<int32_t>> tables(batch);
-  int32_t next = 0;
-  for (auto& t : tables)
-    for (int32_t b = 0; b < max_blocks; ++b) t.push_back(next++);
-  auto slot = [&](int32_t s, int32_t p) {
-    return static_cast<int64_t>(tables[s][p / bs]) * bs + p % bs;
-  };
-  std::vector<int32_t> last(batch);
-  ScheduledBatch prefill;
-  prefill.max_blocks_per_seq = max_blocks;
-  for (int32_t s = 0; s < batch; ++s) {
-    std::vector<int32_t> toks, pos;
-    std::vector<int64_t> slots;
-    for (int32_t p = 0; p < prompt_len; ++p) {
-      toks.push_back(1 + (s * 131 + p * 17) % (vocab - 1));
-      pos.push_back(p);
-      slots.push_back(slot(s, p));
-    }
-    prefill.AddSequence(toks, pos, slots, prompt_len, tables[s], true);
-  }
-  auto out = runner.ComputeLogits(prefill);
-  if (!out.ok()) return out.status();
-  for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(out->row(s), vocab);
-  const auto t0 = Clock::now();
-  for (int32_t step = 0; step < steps; ++step) {
-    const int32_t p = prompt_len + step;
-    ScheduledBatch d;
-    d.max_blocks_per_seq = max_blocks;
-    for (int32_t s = 0; s < batch; ++s)
-      d.AddSequence({last[s]}, {p}, {slot(s, p)}, p + 1, tables[s], true);
-    auto o = runner.ComputeLogits(d);
-    if (!o.ok()) return o.status();
-    for (int32_t s = 0; s < batch; ++s) last[s] = ArgMax(o->row(s), vocab);
-  }
-  return static_cast<double>(batch) * steps / Seconds(t0, Clock::now());
 }
 
 int Main(int argc, char** argv) {
@@ -178,14 +129,14 @@ int Main(int argc, char** argv) {
       auto r = ModelRunner::Create(m.weights, CreateCpuBackend(threads, kv_cache_dtype), o);
       if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
       if (m.isa != "-") SetQuantDotIsaForTesting(m.isa.c_str());
-      (void)Decode(**r, batch, prompt_len, 2);  // warm-up
+      (void)TimedGreedyDecode(**r, batch, prompt_len, 2);  // warm-up
       runners.push_back(std::move(r).value());
     }
     std::vector<std::vector<double>> tps(models.size());
     for (int round = 0; round < rounds; ++round) {
       for (size_t i = 0; i < models.size(); ++i) {  // A, B, C, A, B, C, ...
         if (models[i].isa != "-") SetQuantDotIsaForTesting(models[i].isa.c_str());
-        auto r = Decode(*runners[i], batch, prompt_len, decode_tokens);
+        auto r = TimedGreedyDecode(*runners[i], batch, prompt_len, decode_tokens);
         if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().message().c_str()), 1;
         tps[i].push_back(*r);
       }
