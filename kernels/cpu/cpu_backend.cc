@@ -973,17 +973,32 @@ class CpuBackend final : public Backend {
     const int32_t group = PackedGemmGroupPanels(m);
     const int32_t nt = num_threads_;
     std::atomic<int32_t> next{0};
+    // The next run is claimed when the current one's last group starts, which then prefetches
+    // the next run's first group (as it prefetches the next group inside a run).
+    auto claim = [&](int32_t* pb0, int32_t* pb1) {
+      int32_t at = next.load(std::memory_order_relaxed), take = 0;
+      do {
+        const int32_t left = panels - at;
+        if (left <= 0) {
+          *pb0 = *pb1 = panels;
+          return;
+        }
+        take = std::min(left, std::max(group, left / nt / group * group));
+      } while (!next.compare_exchange_weak(at, at + take, std::memory_order_relaxed));
+      *pb0 = at;
+      *pb1 = at + take;
+    };
     pool_->ParallelFor(nt, [&](int64_t) {
-      int32_t pb0 = next.load(std::memory_order_relaxed);
-      while (true) {
-        int32_t take = 0;
-        do {
-          const int32_t left = panels - pb0;
-          if (left <= 0) return;
-          take = std::min(left, std::max(group, left / nt / group * group));
-        } while (!next.compare_exchange_weak(pb0, pb0 + take, std::memory_order_relaxed));
-        GemmPackedPanels(x, packed, m, n, k, pb0, pb0 + take, y);
-        pb0 = next.load(std::memory_order_relaxed);
+      int32_t pb0 = 0, pb1 = 0;
+      claim(&pb0, &pb1);
+      while (pb0 < pb1) {
+        const int32_t last = pb0 + (pb1 - pb0 - 1) / group * group;  // the run's last group
+        if (last > pb0) GemmPackedPanels(x, packed, m, n, k, pb0, last, y, last, pb1);
+        int32_t nb0 = 0, nb1 = 0;
+        claim(&nb0, &nb1);
+        GemmPackedPanels(x, packed, m, n, k, last, pb1, y, nb0, nb1);
+        pb0 = nb0;
+        pb1 = nb1;
       }
     });
   }

@@ -215,7 +215,7 @@ void UnpackRow(const float* packed, int32_t k, int32_t j, float* out) {
 }
 
 void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n, int32_t k,
-                      int32_t pb0, int32_t pb1, float* y) {
+                      int32_t pb0, int32_t pb1, float* y, int32_t then0, int32_t then1) {
   const Isa& isa = *ActiveIsa();
   const int32_t np_max = PackedGemmGroupPanels(m);
   const size_t panel_floats = static_cast<size_t>(k) * kW;
@@ -228,10 +228,14 @@ void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n,
       const int32_t ncols = std::min(n - col, np * kW);
       // The row tiles after the first reread this group from L2 (it is np * k * 64 bytes) and
       // share the prefetch of the next group (in this range) between them, a few lines per p.
-      const int32_t next_np = std::min(np_max, pb1 - pb - np);
+      int32_t next_pb = pb + np, next_np = std::min(np_max, pb1 - pb - np);
+      if (next_np == 0 && i1 == m && then1 > then0) {  // the last group: the caller's next one
+        next_pb = then0;
+        next_np = std::min(np_max, then1 - then0);
+      }
       Prefetch pf;
       if (row_tiles > 1 && next_np > 0) {
-        pf.next = reinterpret_cast<const char*>(packed + (pb + np) * panel_floats);
+        pf.next = reinterpret_cast<const char*>(packed + next_pb * panel_floats);
         pf.end = pf.next + static_cast<size_t>(next_np) * panel_floats * sizeof(float);
         pf.lines = (next_np + row_tiles - 2) / (row_tiles - 1);
       }

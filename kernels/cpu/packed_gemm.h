@@ -44,8 +44,10 @@ void UnpackRow(const float* packed, int32_t k, int32_t j, float* out);
 
 // y[:, 16*pb0 : min(n, 16*pb1)] = x * w^T for the output columns of panels [pb0, pb1).
 // x [m, k] row-major, packed as PackPanels wrote it, y [m, n] row-major (row stride n).
+// [then0, then1): the panels the caller computes next on this thread (empty: none known), whose
+// first group the last one prefetches, as every group prefetches the next one of its range.
 void GemmPackedPanels(const float* x, const float* packed, int32_t m, int32_t n, int32_t k,
-                      int32_t pb0, int32_t pb1, float* y);
+                      int32_t pb0, int32_t pb1, float* y, int32_t then0 = 0, int32_t then1 = 0);
 
 // The order contract as a plain loop over a row-major w [n, k]: the oracle the kernels are
 // compared with bitwise in tests/kernels.  x [m, k], w [n, k], y [m, n].
