@@ -281,6 +281,21 @@ class Backend {
     WriteKvCache(k, v, stride, slots, n, num_kv_heads * head_dim, k_cache, v_cache, scales);
   }
 
+  // RopeAndWriteKvCache on q, k and v (rows of `stride` floats, positions meta.positions,
+  // meta.num_tokens rows), then PagedAttention of the rotated q (row stride `stride`) into out:
+  // a layer's steps from its qkv projection to its attention output, which a backend may fuse
+  // (the CPU in decode steps; the same bits).
+  virtual void RopeWriteKvAndAttend(float* q, float* k, const float* v, int32_t stride,
+                                    const int64_t* slots, const AttentionMetadata& meta,
+                                    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                    const float* inv_freq, RopeStyle style, void* k_cache,
+                                    void* v_cache, float* out, KvScales scales = {}) {
+    RopeAndWriteKvCache(q, k, v, stride, meta.positions, slots, meta.num_tokens, num_heads,
+                        num_kv_heads, head_dim, inv_freq, style, k_cache, v_cache, scales);
+    PagedAttention(q, stride, k_cache, v_cache, meta, num_heads, num_kv_heads, head_dim, out,
+                   scales);
+  }
+
   // Causal paged attention: query token t of sequence s attends to positions [0, positions[t]] of
   // s through s's block table (prefill chunks over a cached prefix and decode alike). GQA: query
   // head h reads kv head h / (num_heads / num_kv_heads). Scale 1/sqrt(head_dim).

@@ -620,13 +620,13 @@ void ModelRunner::Forward(const StepInputs& in) {
     float* v = qkv + q_dim + kv_dim;
     if (kv_scales_pending_) {
       RopeAndWriteKvCalculatingScales(l, q, k, v, in);
+      b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
+                       c.head_dim, att, L.kv_scales);
     } else {
-      b.RopeAndWriteKvCache(q, k, v, qkv_width, in.meta.positions, in.slots, n, c.num_heads,
-                            c.num_kv_heads, c.head_dim, rope_inv_freq_, c.rope_style, L.k_cache,
-                            L.v_cache, L.kv_scales);
+      b.RopeWriteKvAndAttend(q, k, v, qkv_width, in.slots, in.meta, c.num_heads, c.num_kv_heads,
+                             c.head_dim, rope_inv_freq_, c.rope_style, L.k_cache, L.v_cache, att,
+                             L.kv_scales);
     }
-    b.PagedAttention(q, qkv_width, L.k_cache, L.v_cache, in.meta, c.num_heads, c.num_kv_heads,
-                     c.head_dim, att, L.kv_scales);
     b.Linear(att, L.wo, n, dim, q_dim, delta);
     b.AddRmsNorm(x, delta, L.ffn_norm, n, dim, c.rms_norm_eps, xb);
     // Feed-forward block.

@@ -739,34 +739,10 @@ class CpuBackend final : public Backend {
   void Rope(float* q, int32_t q_stride, float* k, int32_t k_stride, const int32_t* positions,
             int32_t n, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
             const float* inv_freq, RopeStyle style) override {
-    const int32_t half = head_dim / 2;
     const bool parallel = static_cast<int64_t>(n) * (num_heads + num_kv_heads) * head_dim > 65536;
     For(parallel, n, [&](int64_t t) {
-      thread_local std::vector<float> cosv, sinv;
-      cosv.resize(half);
-      sinv.resize(half);
-      {
-        const int32_t pos = positions[t];
-        for (int32_t i = 0; i < half; ++i) {
-          // As run.c and HF: angle = pos * inv_freq, in float.
-          const float val = static_cast<float>(pos) * inv_freq[i];
-          cosv[i] = std::cos(val);
-          sinv[i] = std::sin(val);
-        }
-        auto rotate = [&](float* head) {
-          for (int32_t i = 0; i < half; ++i) {
-            const int32_t a = style == RopeStyle::kInterleaved ? 2 * i : i;
-            const int32_t b = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
-            const float v0 = head[a], v1 = head[b];
-            head[a] = v0 * cosv[i] - v1 * sinv[i];
-            head[b] = v0 * sinv[i] + v1 * cosv[i];
-          }
-        };
-        float* qt = q + t * q_stride;
-        for (int32_t h = 0; h < num_heads; ++h) rotate(qt + h * head_dim);
-        float* kt = k + t * k_stride;
-        for (int32_t h = 0; h < num_kv_heads; ++h) rotate(kt + h * head_dim);
-      }
+      RopeToken(q + t * q_stride, k + t * k_stride, positions[t], num_heads, num_kv_heads, head_dim,
+                inv_freq, style);
     });
   }
 
@@ -775,24 +751,45 @@ class CpuBackend final : public Backend {
                     KvScales /*scales: the CPU has no fp8 cache*/) override {
     // Rows are independent (a slot is written by one token): a prefill's rows shared out.
     For(static_cast<int64_t>(n) * kv_width > 65536, n, [&](int64_t t) {
-      const int64_t slot = slots[t];
-      if (slot < 0) return;
-      const float* kt = k + static_cast<size_t>(t) * stride;
-      const float* vt = v + static_cast<size_t>(t) * stride;
-      if (kv_dtype_ == DType::kBFloat16) {
-        Bf16Bits* kc = static_cast<Bf16Bits*>(k_cache_raw) + slot * kv_width;
-        Bf16Bits* vc = static_cast<Bf16Bits*>(v_cache_raw) + slot * kv_width;
-        for (int32_t i = 0; i < kv_width; ++i) {
-          kc[i] = F32ToBf16(kt[i]);
-          vc[i] = F32ToBf16(vt[i]);
-        }
-      } else {
-        std::memcpy(static_cast<float*>(k_cache_raw) + slot * kv_width, kt,
-                    sizeof(float) * kv_width);
-        std::memcpy(static_cast<float*>(v_cache_raw) + slot * kv_width, vt,
-                    sizeof(float) * kv_width);
-      }
+      WriteKvRow(k + static_cast<size_t>(t) * stride, v + static_cast<size_t>(t) * stride, slots[t],
+                 kv_width, k_cache_raw, v_cache_raw);
     });
+  }
+
+  // Decode steps (every sequence one query token, at least 8 of them: the attention's work item
+  // is a token, all its heads) fuse the three: each item ropes its token's q and k, writes its
+  // k and v row, then attends, so the rope and the cache writes are shared out over the threads
+  // with the attention instead of running before it on one. A token's item reads only its own
+  // sequence's rows, the row it wrote last; each step is the unfused ops' arithmetic, so the
+  // bits are the same (CpuBackendTest's fused-decode test). Other steps run the three in turn.
+  void RopeWriteKvAndAttend(float* q, float* k, const float* v, int32_t stride,
+                            const int64_t* slots, const AttentionMetadata& meta, int32_t num_heads,
+                            int32_t num_kv_heads, int32_t head_dim, const float* inv_freq,
+                            RopeStyle style, void* k_cache, void* v_cache, float* out,
+                            KvScales scales) override {
+    bool decode = meta.num_tokens >= kTokensPerItemFrom && meta.num_tokens == meta.num_seqs;
+    for (int32_t s = 0; decode && s < meta.num_seqs; ++s)
+      decode = meta.query_start[s + 1] - meta.query_start[s] == 1;
+    if (!decode) {
+      Backend::RopeWriteKvAndAttend(q, k, v, stride, slots, meta, num_heads, num_kv_heads, head_dim,
+                                    inv_freq, style, k_cache, v_cache, out, scales);
+      return;
+    }
+    const int32_t kv_width = num_kv_heads * head_dim;
+    const std::function<void(int32_t)> prepare = [&](int32_t t) {
+      float* kt = k + static_cast<size_t>(t) * stride;
+      RopeToken(q + static_cast<size_t>(t) * stride, kt, meta.positions[t], num_heads, num_kv_heads,
+                head_dim, inv_freq, style);
+      WriteKvRow(kt, v + static_cast<size_t>(t) * stride, slots[t], kv_width, k_cache, v_cache);
+    };
+    if (kv_dtype_ == DType::kBFloat16) {
+      Attend(q, stride, static_cast<const Bf16Bits*>(k_cache),
+             static_cast<const Bf16Bits*>(v_cache), meta, num_heads, num_kv_heads, head_dim, out,
+             &prepare);
+    } else {
+      Attend(q, stride, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
+             meta, num_heads, num_kv_heads, head_dim, out, &prepare);
+    }
   }
 
   void PagedAttention(const float* q, int32_t q_stride, const void* k_cache, const void* v_cache,
@@ -852,11 +849,59 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Attention work items hold all of a token's heads from this many tokens (else one head each).
+  static constexpr int32_t kTokensPerItemFrom = 8;
+
+  // Rope on one token's q heads [num_heads, head_dim] and k heads [num_kv_heads, head_dim].
+  static void RopeToken(float* qt, float* kt, int32_t pos, int32_t num_heads, int32_t num_kv_heads,
+                        int32_t head_dim, const float* inv_freq, RopeStyle style) {
+    const int32_t half = head_dim / 2;
+    thread_local std::vector<float> cosv, sinv;
+    cosv.resize(half);
+    sinv.resize(half);
+    for (int32_t i = 0; i < half; ++i) {
+      // As run.c and HF: angle = pos * inv_freq, in float.
+      const float val = static_cast<float>(pos) * inv_freq[i];
+      cosv[i] = std::cos(val);
+      sinv[i] = std::sin(val);
+    }
+    auto rotate = [&](float* head) {
+      for (int32_t i = 0; i < half; ++i) {
+        const int32_t a = style == RopeStyle::kInterleaved ? 2 * i : i;
+        const int32_t b = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+        const float v0 = head[a], v1 = head[b];
+        head[a] = v0 * cosv[i] - v1 * sinv[i];
+        head[b] = v0 * sinv[i] + v1 * cosv[i];
+      }
+    };
+    for (int32_t h = 0; h < num_heads; ++h) rotate(qt + h * head_dim);
+    for (int32_t h = 0; h < num_kv_heads; ++h) rotate(kt + h * head_dim);
+  }
+
+  // One token's k and v rows [kv_width] into the caches at `slot` (skipped when slot < 0).
+  void WriteKvRow(const float* kt, const float* vt, int64_t slot, int32_t kv_width,
+                  void* k_cache_raw, void* v_cache_raw) const {
+    if (slot < 0) return;
+    if (kv_dtype_ == DType::kBFloat16) {
+      Bf16Bits* kc = static_cast<Bf16Bits*>(k_cache_raw) + slot * kv_width;
+      Bf16Bits* vc = static_cast<Bf16Bits*>(v_cache_raw) + slot * kv_width;
+      for (int32_t i = 0; i < kv_width; ++i) {
+        kc[i] = F32ToBf16(kt[i]);
+        vc[i] = F32ToBf16(vt[i]);
+      }
+    } else {
+      std::memcpy(static_cast<float*>(k_cache_raw) + slot * kv_width, kt, sizeof(float) * kv_width);
+      std::memcpy(static_cast<float*>(v_cache_raw) + slot * kv_width, vt, sizeof(float) * kv_width);
+    }
+  }
+
   // PagedAttention over a cache of T (float, or Bf16Bits when kv_cache_dtype() is bf16).
+  // `prepare` (null: none) runs first in each work item, with its token: only when an item holds
+  // all of a token's heads (RopeWriteKvAndAttend).
   template <typename T>
   void Attend(const float* q, int32_t q_stride, const T* k_cache, const T* v_cache,
               const AttentionMetadata& meta, int32_t num_heads, int32_t num_kv_heads,
-              int32_t head_dim, float* out) {
+              int32_t head_dim, float* out, const std::function<void(int32_t)>* prepare = nullptr) {
     const int32_t kv_mul = num_heads / num_kv_heads;
     const int32_t kv_width = num_kv_heads * head_dim;
     const float denom = std::sqrt(static_cast<float>(head_dim));
@@ -872,7 +917,7 @@ class CpuBackend final : public Backend {
     // in one item, so each key and value row (every head's, contiguous) is read once and in
     // order; few tokens (decode at small batch): one head per item, so the threads share them.
     // Every head's arithmetic is the same either way (the bits do not depend on the grouping).
-    const int32_t heads_per_item = meta.num_tokens >= 8 ? num_heads : 1;
+    const int32_t heads_per_item = meta.num_tokens >= kTokensPerItemFrom ? num_heads : 1;
     const int32_t items_per_token = num_heads / heads_per_item;
     const int64_t work = static_cast<int64_t>(meta.num_tokens) * items_per_token;
     // Threads only when there is enough to share: each parallel region costs a barrier.
@@ -899,6 +944,7 @@ class CpuBackend final : public Backend {
       thread_local std::vector<int64_t> row_at;  // [len]: position p's row offset in the caches
       const int32_t t = static_cast<int32_t>(wi / items_per_token);
       const int32_t h0 = static_cast<int32_t>(wi % items_per_token) * heads_per_item;
+      if (prepare != nullptr) (*prepare)(t);
       const int32_t* table = meta.block_tables + seq_of[t] * table_stride;
       const int32_t len = meta.positions[t] + 1;
       att.resize(static_cast<size_t>(heads_per_item) * len);

@@ -199,6 +199,117 @@ TEST(CpuAttentionTest, EqualsTheScalarOrderBitwiseOnEveryHeadDim) {
   SetCpuAttentionIsaForTesting("best");
 }
 
+// RopeWriteKvAndAttend, which a decode step of at least 8 sequences runs fused (each token's
+// work item ropes its q and k, writes its k and v row, then attends), gives the bits of
+// RopeAndWriteKvCache then PagedAttention: the rotated q and k, every cache element and the
+// output; so do the steps it runs unfused (fewer sequences, a prompt chunk among them). Caches of
+// fp32 and bf16, both rope styles, 1 and 2 threads, a padding row (slot -1) in a decode step.
+TEST(CpuAttentionTest, FusedRopeWriteAndAttendGivesTheBitsOfTheOpsInTurn) {
+  struct Step {
+    std::vector<int32_t> context_lens;  // after the step (the queries' rows included)
+    std::vector<int32_t> query_lens;
+    bool padding_row = false;  // the first token's slot is -1
+  };
+  const std::vector<Step> steps = {
+      {{1, 17, 40, 3, 16, 33, 64, 97, 5}, std::vector<int32_t>(9, 1)},  // fused
+      {{2, 9, 12, 30, 31, 32, 50, 8, 70, 4, 6, 16}, std::vector<int32_t>(12, 1), true},
+      {{1, 17, 40}, {1, 1, 1}},                                          // one head per item
+      {{5, 9, 12, 30, 31, 32, 50, 8, 70}, {1, 1, 1, 1, 4, 1, 1, 1, 1}},  // a chunk among them
+  };
+  struct Shape {
+    int32_t block_size, num_heads, num_kv_heads, head_dim;
+  };
+  uint32_t seed = 70;
+  for (const Shape sh : {Shape{16, 8, 2, 64}, Shape{4, 6, 3, 20}}) {
+    for (const DType kv : {DType::kFloat32, DType::kBFloat16}) {
+      for (const RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kNeox}) {
+        for (const int threads : {1, 2}) {
+          for (const Step& st : steps) {
+            SCOPED_TRACE("head_dim " + std::to_string(sh.head_dim) + ", " +
+                         std::to_string(st.context_lens.size()) + " sequences, " +
+                         (kv == DType::kBFloat16 ? "bf16" : "fp32") + " cache, " +
+                         std::to_string(threads) + " threads, style " +
+                         std::to_string(static_cast<int>(style)));
+            std::mt19937 rng(++seed);
+            std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+            const int32_t n = static_cast<int32_t>(st.context_lens.size());
+            const int32_t hd = sh.head_dim, bs = sh.block_size;
+            const int32_t kv_width = sh.num_kv_heads * hd;
+            const int32_t stride = (sh.num_heads + 2 * sh.num_kv_heads) * hd + 3;
+            int32_t max_blocks = 0, total_blocks = 0;
+            for (int32_t len : st.context_lens) {
+              max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+              total_blocks += (len + bs - 1) / bs;
+            }
+            std::vector<int32_t> ids(total_blocks);
+            std::iota(ids.begin(), ids.end(), 0);
+            std::shuffle(ids.begin(), ids.end(), rng);
+            std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, 0), positions;
+            std::vector<int32_t> starts = {0};
+            std::vector<int64_t> slots;
+            for (int32_t s = 0, next = 0; s < n; ++s) {
+              for (int32_t b = 0; b < (st.context_lens[s] + bs - 1) / bs; ++b)
+                tables[static_cast<size_t>(s) * max_blocks + b] = ids[next++];
+              for (int32_t p = st.context_lens[s] - st.query_lens[s]; p < st.context_lens[s]; ++p) {
+                positions.push_back(p);
+                slots.push_back(
+                    static_cast<int64_t>(tables[static_cast<size_t>(s) * max_blocks + p / bs]) *
+                        bs +
+                    p % bs);
+              }
+              starts.push_back(starts.back() + st.query_lens[s]);
+            }
+            if (st.padding_row) slots[0] = -1;
+            const int32_t tokens = starts.back();
+            const size_t elem = kv == DType::kBFloat16 ? 2 : 4;
+            const size_t cache_bytes = static_cast<size_t>(total_blocks) * bs * kv_width * elem;
+            std::vector<uint8_t> k_cache(cache_bytes), v_cache(cache_bytes);
+            for (uint8_t& b : k_cache) b = static_cast<uint8_t>(rng() & 0x3f);  // finite values
+            for (uint8_t& b : v_cache) b = static_cast<uint8_t>(rng() & 0x3f);
+            std::vector<float> qkv(static_cast<size_t>(tokens) * stride);
+            for (float& x : qkv) x = dist(rng);
+            std::vector<float> inv_freq(hd / 2);
+            for (int32_t i = 0; i < hd / 2; ++i)
+              inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
+            AttentionMetadata meta;
+            meta.num_tokens = tokens;
+            meta.num_seqs = n;
+            meta.positions = positions.data();
+            meta.query_start = starts.data();
+            meta.block_tables = tables.data();
+            meta.max_blocks_per_seq = max_blocks;
+            meta.block_size = bs;
+            const size_t out_floats = static_cast<size_t>(tokens) * sh.num_heads * hd;
+
+            std::unique_ptr<Backend> backend = CreateCpuBackend(threads, kv);
+            std::vector<float> qkv_a = qkv, out_a(out_floats, std::nanf(""));
+            std::vector<uint8_t> k_a = k_cache, v_a = v_cache;
+            float* qa = qkv_a.data();
+            backend->RopeAndWriteKvCache(
+                qa, qa + sh.num_heads * hd, qa + (sh.num_heads + sh.num_kv_heads) * hd, stride,
+                positions.data(), slots.data(), tokens, sh.num_heads, sh.num_kv_heads, hd,
+                inv_freq.data(), style, k_a.data(), v_a.data());
+            backend->PagedAttention(qa, stride, k_a.data(), v_a.data(), meta, sh.num_heads,
+                                    sh.num_kv_heads, hd, out_a.data());
+            std::vector<float> qkv_b = qkv, out_b(out_floats, std::nanf(""));
+            std::vector<uint8_t> k_b = k_cache, v_b = v_cache;
+            float* qb = qkv_b.data();
+            backend->RopeWriteKvAndAttend(
+                qb, qb + sh.num_heads * hd, qb + (sh.num_heads + sh.num_kv_heads) * hd, stride,
+                slots.data(), meta, sh.num_heads, sh.num_kv_heads, hd, inv_freq.data(), style,
+                k_b.data(), v_b.data(), out_b.data());
+            EXPECT_EQ(std::memcmp(qkv_a.data(), qkv_b.data(), qkv.size() * 4), 0) << "q or k";
+            EXPECT_EQ(k_a, k_b) << "k cache";
+            EXPECT_EQ(v_a, v_b) << "v cache";
+            EXPECT_EQ(std::memcmp(out_a.data(), out_b.data(), out_floats * 4), 0) << "output";
+            EXPECT_NE(k_a, k_cache) << "nothing was written";
+          }
+        }
+      }
+    }
+  }
+}
+
 // WriteKvCache into a bf16 cache: nearest with ties to even (what the CUDA backend's
 // __float2bfloat16_rn gives), signs and infinities kept, a NaN stays a NaN (also one whose payload
 // is only in the low 16 bits), slot -1 skipped; the fp32 cache is a copy.
