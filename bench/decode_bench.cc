@@ -10,7 +10,9 @@
 //                [--model PATH[,PATH]] (HF directories, GGUF files or llama2.c checkpoints)
 //                [--kv-cache-dtype float32|bfloat16]
 //
-// Benchmark-shape checkpoints (random weights, seed 1) are written to --model-dir once and reused.
+// Each step goes through the executor's Execute with greedy sampling, as the engine runs it
+// (bench/decode_loop.h). Benchmark-shape checkpoints (random weights, seed 1) are written to
+// --model-dir once and reused.
 // Batched rows also report the matrix GFLOP/s (2 x matrix parameters per token) against the fp32
 // FMA peak measured in the same run at the same thread count (independent FMA chains in registers,
 // the widest vectors the CPU has: what the packed GEMM's kernels run on).
