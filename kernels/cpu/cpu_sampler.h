@@ -64,4 +64,11 @@ class CpuSampler {
   std::vector<std::pair<int32_t, float>> masked_;  // MaskStops' overwritten entries
 };
 
+// Tests only: the sampler's argmax (the first index of the largest of x[0, n); ties to the lower
+// index; NaNs never win, and index 0 is kept when x[0] is a NaN), and which form it takes:
+// "best" (the default), "avx512", "avx2" or "portable" (the scalar loop, its definition); false,
+// and nothing changed, where this CPU lacks it. Not thread-safe: call it while nothing samples.
+int32_t CpuArgmaxForTesting(const float* x, int32_t n);
+bool SetCpuArgmaxIsaForTesting(const char* isa);
+
 }  // namespace tinyserve

@@ -2,6 +2,7 @@
 // spec and history the executor keeps (models/sampling_state_table.h).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -97,6 +98,56 @@ TEST(SamplerTest, GreedyTakesTheFirstMaximum) {
   Sampler sampler(5);
   const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 2.0f};
   EXPECT_EQ(sampler.Sample(MakeRequest({0}), logits.data(), nullptr), 1);
+}
+
+// The sampler's argmax on every instruction set this CPU has gives the scalar loop's index
+// (`if (x[i] > x[best]) best = i`): ties to the lower index (in one vector, across vectors and in
+// the tail), +0 and -0 equal, NaNs never winning, index 0 kept when x[0] is a NaN, all -inf.
+TEST(SamplerTest, VectorArgmaxIsTheScalarLoopsIndex) {
+  auto scalar = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(x.size()); ++i) {
+      if (x[i] > x[best]) best = i;
+    }
+    return best;
+  };
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  std::vector<std::vector<float>> rows;
+  for (const int32_t n : {1, 2, 15, 63, 64, 65, 100, 1000, 32000, 32003}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    rows.push_back(x);
+    std::vector<float> ties = x;  // the max three times: in a vector, a later one, the tail
+    for (int32_t at : {n / 3, n / 3 + 1, n - 1}) ties[at] = 9.0f;
+    rows.push_back(ties);
+    std::vector<float> zeros(n);  // only zeros and negatives: the first zero of either sign
+    for (int32_t i = 0; i < n; ++i) zeros[i] = i % 3 == 0 ? -1.0f : (i % 2 ? 0.0f : -0.0f);
+    rows.push_back(zeros);
+    std::vector<float> nans = x;  // NaNs never win
+    for (int32_t i = 1; i < n; i += 7) nans[i] = nan;
+    rows.push_back(nans);
+    std::vector<float> nan_first = x;  // the scalar loop keeps index 0
+    nan_first[0] = nan;
+    rows.push_back(nan_first);
+    rows.push_back(std::vector<float>(n, -inf));
+    std::vector<float> neg_inf_nan(n, -inf);
+    for (int32_t i = 1; i < n; i += 5) neg_inf_nan[i] = nan;
+    rows.push_back(neg_inf_nan);
+    std::vector<float> last = x;  // the max in the last element, and an inf
+    last[n - 1] = inf;
+    rows.push_back(last);
+  }
+  for (const char* isa : {"avx512", "avx2", "portable"}) {
+    if (!SetCpuArgmaxIsaForTesting(isa)) continue;  // this CPU cannot run it
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(CpuArgmaxForTesting(rows[r].data(), static_cast<int32_t>(rows[r].size())),
+                scalar(rows[r]))
+          << isa << ", row " << r << " of " << rows[r].size();
+    }
+  }
+  SetCpuArgmaxIsaForTesting("best");
 }
 
 TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
