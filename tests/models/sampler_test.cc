@@ -120,7 +120,9 @@ TEST(SamplerTest, VectorArgmaxIsTheScalarLoopsIndex) {
     for (float& v : x) v = dist(rng);
     rows.push_back(x);
     std::vector<float> ties = x;  // the max three times: in a vector, a later one, the tail
-    for (int32_t at : {n / 3, n / 3 + 1, n - 1}) ties[at] = 9.0f;
+    for (int32_t at : {n / 3, n / 3 + 1, n - 1}) {
+      if (at < n) ties[at] = 9.0f;
+    }
     rows.push_back(ties);
     std::vector<float> zeros(n);  // only zeros and negatives: the first zero of either sign
     for (int32_t i = 0; i < n; ++i) zeros[i] = i % 3 == 0 ? -1.0f : (i % 2 ? 0.0f : -0.0f);
