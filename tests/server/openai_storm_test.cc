@@ -228,6 +228,7 @@ TEST(OpenAiStormTest, BurstOf2000RequestsWithoutAQueueLimitAllComplete) {
   std::shared_future<void> start = go.get_future().share();
   std::vector<int> status(static_cast<size_t>(num_requests), 0);
   std::vector<std::string> finish(static_cast<size_t>(num_requests));
+  std::vector<std::string> error_body(static_cast<size_t>(num_requests));  // what a non-200 said
   std::vector<std::thread> threads;
   for (int i = 0; i < num_requests; ++i) {
     threads.emplace_back([&, i] {
@@ -243,6 +244,8 @@ TEST(OpenAiStormTest, BurstOf2000RequestsWithoutAQueueLimitAllComplete) {
       status[static_cast<size_t>(i)] = res->status;
       if (res->status == 200) {
         finish[static_cast<size_t>(i)] = json::parse(res->body)["choices"][0]["finish_reason"];
+      } else {
+        error_body[static_cast<size_t>(i)] = res->body;
       }
     });
   }
@@ -251,7 +254,8 @@ TEST(OpenAiStormTest, BurstOf2000RequestsWithoutAQueueLimitAllComplete) {
   for (std::thread& t : threads) t.join();
   int num_ok = 0;
   for (int i = 0; i < num_requests; ++i) {
-    EXPECT_EQ(status[static_cast<size_t>(i)], 200) << "request " << i;
+    EXPECT_EQ(status[static_cast<size_t>(i)], 200)
+        << "request " << i << ": " << error_body[static_cast<size_t>(i)];
     EXPECT_EQ(finish[static_cast<size_t>(i)], "length") << "request " << i;
     num_ok += status[static_cast<size_t>(i)] == 200;
   }
