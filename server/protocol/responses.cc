@@ -1,5 +1,6 @@
 #include "server/protocol/responses.h"
 
+#include <atomic>
 #include <cassert>
 #include <random>
 
@@ -27,11 +28,21 @@ Json ChatChunk(const ResponseMeta& meta, Json choice, const std::optional<Usage>
 }  // namespace
 
 std::string NewRequestId(std::string_view prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
+  // Each thread's generator gets 128 bits of seed (one 32-bit random_device draw gives two of
+  // 2,000 handler threads the same sequence with a chance of about 1 in 2,000, and the engine
+  // refuses a second live request of the same id: a 500), and the first half is mixed with a count
+  // of the process's ids (times an odd constant: a bijection), so two ids of one process differ.
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device rd;
+    std::seed_seq seed{rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seed);
+  }();
+  static std::atomic<uint64_t> count{0};
+  const uint64_t serial = count.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
   static constexpr char kHex[] = "0123456789abcdef";
   std::string id(prefix);
   for (int half = 0; half < 2; ++half) {
-    uint64_t bits = rng();
+    uint64_t bits = rng() ^ (half == 0 ? serial : 0);
     for (int i = 0; i < 16; ++i) {
       id.push_back(kHex[bits & 0xF]);
       bits >>= 4;

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "models/tokenizer/llama2c_tokenizer.h"
@@ -24,6 +26,23 @@ TEST(ResponsesTest, RequestIds) {
   EXPECT_EQ(a.find_first_not_of("0123456789abcdef", 5), std::string::npos);
   EXPECT_NE(a, b);
   EXPECT_EQ(NewRequestId("chatcmpl-").rfind("chatcmpl-", 0), 0u);
+}
+
+// Ids made on many threads at once (a burst's handler threads, each with its own generator)
+// never repeat: the engine refuses a second live request of the same id.
+TEST(ResponsesTest, RequestIdsFromManyThreadsAreDistinct) {
+  constexpr int kThreads = 64, kEach = 200;
+  std::vector<std::vector<std::string>> ids(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&ids, t] {
+      for (int i = 0; i < kEach; ++i) ids[t].push_back(NewRequestId("cmpl-"));
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::set<std::string> all;
+  for (const auto& v : ids) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), static_cast<size_t>(kThreads) * kEach);
 }
 
 TEST(ResponsesTest, ChoiceIndexIsPromptMajor) {
