@@ -765,7 +765,8 @@ class CpuBackend final : public Backend {
   // k and v row, then attends, so the rope and the cache writes are shared out over the threads
   // with the attention instead of running before it on one. A token's item reads only its own
   // sequence's rows, the row it wrote last; each step is the unfused ops' arithmetic, so the
-  // bits are the same (CpuBackendTest's fused-decode test). Other steps run the three in turn.
+  // bits are the same (CpuAttentionTest.FusedRopeWriteAndAttendGivesTheBitsOfTheOpsInTurn).
+  // Other steps run the three in turn.
   void RopeWriteKvAndAttend(float* q, float* k, const float* v, int32_t stride,
                             const int64_t* slots, const AttentionMetadata& meta, int32_t num_heads,
                             int32_t num_kv_heads, int32_t head_dim, const float* inv_freq,

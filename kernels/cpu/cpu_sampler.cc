@@ -33,9 +33,8 @@ __attribute__((target("avx512f"))) int32_t ArgmaxAvx512(const float* x, int32_t 
   if (n < 64 || std::isnan(x[0])) return ArgmaxScalar(x, n);
   __m512 m = _mm512_set1_ps(kNegInf);
   int32_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    m = _mm512_maskz_max_ps(0xffff, _mm512_loadu_ps(x + i),
-                            m);  // (maskz: g++ 12 -Wmaybe-uninitialized)
+  // (The maskz form: g++ 12 warns that the plain one's _mm512_undefined_ps is uninitialized.)
+  for (; i + 16 <= n; i += 16) m = _mm512_maskz_max_ps(0xffff, _mm512_loadu_ps(x + i), m);
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, m);
   float best = kNegInf;

@@ -80,6 +80,46 @@ std::string Describe(const Case& c, int threads) {
          std::to_string(c.query_len) + " queries, " + std::to_string(threads) + " threads";
 }
 
+// A paged batch: each sequence's blocks are ids of a shuffled range (drawn from rng), its last
+// query_lens[s] positions are the queries, and each query's slot is where its row goes.
+struct PagedBatch {
+  int32_t max_blocks = 0, total_blocks = 0;
+  std::vector<int32_t> tables, positions, starts = {0};
+  std::vector<int64_t> slots;
+  AttentionMetadata meta;  // points into this batch's vectors
+
+  PagedBatch(const std::vector<int32_t>& context_lens, const std::vector<int32_t>& query_lens,
+             int32_t bs, std::mt19937& rng) {
+    const int32_t n = static_cast<int32_t>(context_lens.size());
+    for (int32_t len : context_lens) {
+      max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+      total_blocks += (len + bs - 1) / bs;
+    }
+    std::vector<int32_t> ids(total_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    tables.assign(static_cast<size_t>(n) * max_blocks, 0);
+    for (int32_t s = 0, next = 0; s < n; ++s) {
+      int32_t* table = tables.data() + static_cast<size_t>(s) * max_blocks;
+      for (int32_t b = 0; b < (context_lens[s] + bs - 1) / bs; ++b) table[b] = ids[next++];
+      for (int32_t p = context_lens[s] - query_lens[s]; p < context_lens[s]; ++p) {
+        positions.push_back(p);
+        slots.push_back(static_cast<int64_t>(table[p / bs]) * bs + p % bs);
+      }
+      starts.push_back(starts.back() + query_lens[s]);
+    }
+    meta.num_tokens = starts.back();
+    meta.num_seqs = n;
+    meta.positions = positions.data();
+    meta.query_start = starts.data();
+    meta.block_tables = tables.data();
+    meta.max_blocks_per_seq = max_blocks;
+    meta.block_size = bs;
+  }
+  PagedBatch(const PagedBatch&) = delete;  // meta points into it
+  PagedBatch& operator=(const PagedBatch&) = delete;
+};
+
 void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DType::kFloat32) {
   SCOPED_TRACE(Describe(c, threads) + (kv == DType::kBFloat16 ? ", bf16 cache" : ", fp32 cache"));
   std::mt19937 rng(seed);
@@ -88,23 +128,12 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
   const int32_t hd = c.head_dim, kv_width = c.num_kv_heads * hd;
   const int32_t q_stride = (c.num_heads + 2 * c.num_kv_heads) * hd + 3;  // not a head multiple
   const int32_t bs = c.block_size;
-  int32_t max_blocks = 0, total_blocks = 0;
-  for (int32_t len : c.context_lens) {
-    max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
-    total_blocks += (len + bs - 1) / bs;
-  }
-  std::vector<int32_t> ids(total_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, 0), positions, starts = {0};
-  for (int32_t s = 0, next = 0; s < n; ++s) {
-    for (int32_t b = 0; b < (c.context_lens[s] + bs - 1) / bs; ++b) {
-      tables[static_cast<size_t>(s) * max_blocks + b] = ids[next++];
-    }
-    const int32_t queries = std::min(c.query_len, c.context_lens[s]);
-    for (int32_t j = 0; j < queries; ++j) positions.push_back(c.context_lens[s] - queries + j);
-    starts.push_back(starts.back() + queries);
-  }
+  std::vector<int32_t> query_lens;
+  for (int32_t len : c.context_lens) query_lens.push_back(std::min(c.query_len, len));
+  const PagedBatch batch(c.context_lens, query_lens, bs, rng);
+  const int32_t max_blocks = batch.max_blocks, total_blocks = batch.total_blocks;
+  const std::vector<int32_t>&tables = batch.tables, &positions = batch.positions,
+        &starts = batch.starts;
   const int32_t tokens = starts.back();
   const size_t cache_floats = static_cast<size_t>(total_blocks) * bs * kv_width;
   std::vector<float> k_cache(cache_floats), v_cache(cache_floats);
@@ -147,14 +176,7 @@ void ExpectScalarBits(const Case& c, int threads, uint32_t seed, DType kv = DTyp
   ASSERT_TRUE(backend->is_host());
   ASSERT_EQ(backend->kv_cache_dtype(), kv);
   const bool bf16 = kv == DType::kBFloat16;
-  AttentionMetadata meta;
-  meta.num_tokens = tokens;
-  meta.num_seqs = n;
-  meta.positions = positions.data();
-  meta.query_start = starts.data();
-  meta.block_tables = tables.data();
-  meta.max_blocks_per_seq = max_blocks;
-  meta.block_size = bs;
+  const AttentionMetadata& meta = batch.meta;
   std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
   backend->PagedAttention(q.data(), q_stride,
                           bf16 ? static_cast<const void*>(k_bits.data()) : k_cache.data(),
@@ -232,37 +254,18 @@ TEST(CpuAttentionTest, FusedRopeWriteAndAttendGivesTheBitsOfTheOpsInTurn) {
                          std::to_string(static_cast<int>(style)));
             std::mt19937 rng(++seed);
             std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-            const int32_t n = static_cast<int32_t>(st.context_lens.size());
             const int32_t hd = sh.head_dim, bs = sh.block_size;
             const int32_t kv_width = sh.num_kv_heads * hd;
             const int32_t stride = (sh.num_heads + 2 * sh.num_kv_heads) * hd + 3;
-            int32_t max_blocks = 0, total_blocks = 0;
-            for (int32_t len : st.context_lens) {
-              max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
-              total_blocks += (len + bs - 1) / bs;
-            }
-            std::vector<int32_t> ids(total_blocks);
-            std::iota(ids.begin(), ids.end(), 0);
-            std::shuffle(ids.begin(), ids.end(), rng);
-            std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, 0), positions;
-            std::vector<int32_t> starts = {0};
-            std::vector<int64_t> slots;
-            for (int32_t s = 0, next = 0; s < n; ++s) {
-              for (int32_t b = 0; b < (st.context_lens[s] + bs - 1) / bs; ++b)
-                tables[static_cast<size_t>(s) * max_blocks + b] = ids[next++];
-              for (int32_t p = st.context_lens[s] - st.query_lens[s]; p < st.context_lens[s]; ++p) {
-                positions.push_back(p);
-                slots.push_back(
-                    static_cast<int64_t>(tables[static_cast<size_t>(s) * max_blocks + p / bs]) *
-                        bs +
-                    p % bs);
-              }
-              starts.push_back(starts.back() + st.query_lens[s]);
-            }
-            if (st.padding_row) slots[0] = -1;
-            const int32_t tokens = starts.back();
+            PagedBatch batch(st.context_lens, st.query_lens, bs, rng);
+            if (st.padding_row) batch.slots[0] = -1;
+            const std::vector<int32_t>& positions = batch.positions;
+            const std::vector<int64_t>& slots = batch.slots;
+            const AttentionMetadata& meta = batch.meta;
+            const int32_t tokens = meta.num_tokens;
             const size_t elem = kv == DType::kBFloat16 ? 2 : 4;
-            const size_t cache_bytes = static_cast<size_t>(total_blocks) * bs * kv_width * elem;
+            const size_t cache_bytes =
+                static_cast<size_t>(batch.total_blocks) * bs * kv_width * elem;
             std::vector<uint8_t> k_cache(cache_bytes), v_cache(cache_bytes);
             for (uint8_t& b : k_cache) b = static_cast<uint8_t>(rng() & 0x3f);  // finite values
             for (uint8_t& b : v_cache) b = static_cast<uint8_t>(rng() & 0x3f);
@@ -271,14 +274,6 @@ TEST(CpuAttentionTest, FusedRopeWriteAndAttendGivesTheBitsOfTheOpsInTurn) {
             std::vector<float> inv_freq(hd / 2);
             for (int32_t i = 0; i < hd / 2; ++i)
               inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
-            AttentionMetadata meta;
-            meta.num_tokens = tokens;
-            meta.num_seqs = n;
-            meta.positions = positions.data();
-            meta.query_start = starts.data();
-            meta.block_tables = tables.data();
-            meta.max_blocks_per_seq = max_blocks;
-            meta.block_size = bs;
             const size_t out_floats = static_cast<size_t>(tokens) * sh.num_heads * hd;
 
             std::unique_ptr<Backend> backend = CreateCpuBackend(threads, kv);
